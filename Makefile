@@ -1,0 +1,38 @@
+# kvreg: the two commands that set everything up on a fresh machine.
+#   make demo   create .venv, install, run `kvreg demo` on the embedded defaults
+#   make test   install, start what the tests need, run the whole suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kvreg-installed
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned: a CPU build that lies on local disk; any other torch pulls gigabytes.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/kvreg demo
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
+# so an empty suite can never pass silently.
+test: install lint
+	$(PY) -m pytest
+
+bench: install
+	$(PY) bench/graft_vs_prefill.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist
