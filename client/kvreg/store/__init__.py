@@ -1,1 +1,33 @@
-"""The local content-addressed store under ``$KVREG_HOME``: objects, refs, fsck, gc."""
+"""The local content-addressed store under ``$KVREG_HOME``: objects, envelopes, refs, fsck, gc.
+
+Start from :class:`Home`, which finds the store root and hands out the
+:class:`ObjectStore`, :class:`EnvelopeStore` and :class:`RefStore`. The package
+uses only the standard library and ``kvreg.core``.
+"""
+
+from kvreg.store.envelopes import EnvelopeStore
+from kvreg.store.fsck import FsckProblem, FsckReport, ProblemKind, default_children, fsck
+from kvreg.store.gc import GcReport, collect_garbage
+from kvreg.store.home import Home
+from kvreg.store.objects import ObjectStore, PutResult, StoreUsage
+from kvreg.store.refs import ANY, RefEntry, RefLogEntry, RefProblem, RefStore
+
+__all__ = [
+    "ANY",
+    "EnvelopeStore",
+    "FsckProblem",
+    "FsckReport",
+    "GcReport",
+    "Home",
+    "ObjectStore",
+    "ProblemKind",
+    "PutResult",
+    "RefEntry",
+    "RefLogEntry",
+    "RefProblem",
+    "RefStore",
+    "StoreUsage",
+    "collect_garbage",
+    "default_children",
+    "fsck",
+]
