@@ -117,8 +117,8 @@ def atomic_write_bytes(
     Raises ``StoreError`` if the file cannot be written.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
         where = tmp_dir if tmp_dir is not None else final.parent
         with temp_file(where, prefix=f".{final.name}.") as (f, tmp):
             f.write(data)
