@@ -30,7 +30,8 @@ class Digest(str):
             return value
         if not isinstance(value, str) or _PATTERN.fullmatch(value) is None:
             raise InvalidDigestError(
-                f"not a valid digest: {value!r}", hint="expected 'sha256:' followed by 64 lowercase hex digits"
+                f"not a valid digest: {value!r}",
+                hint="expected 'sha256:' followed by 64 lowercase hex digits",
             )
         return super().__new__(cls, value)
 

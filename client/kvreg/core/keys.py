@@ -1,0 +1,246 @@
+"""Ed25519 signing and public keys, and their files.
+
+``SigningKey`` holds a private key. It is saved as unencrypted PEM (PKCS#8) with
+mode 0600, atomically (temporary file in the same directory, fsync, rename), and
+a private key file that group or others can read is refused on load with the
+``chmod`` that fixes it. ``PublicKey`` is the verifying half; besides PEM
+(SubjectPublicKeyInfo) it has a compact text form ``ed25519:<base64 of the 32
+raw bytes>`` used in trust policies and on the command line, and a ``keyid``
+``sha256:<hex of SHA-256 of the 32 raw bytes>``.
+
+``PublicKey.verify`` returns nothing and raises ``SignatureError``. This module
+does not decide which keys are trusted for what (``kvreg.core.trust``) and does
+not know about envelopes (``kvreg.core.envelope``). It never logs key material.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from kvreg.core.errors import KeyFileError, SignatureError
+
+__all__ = ["KEY_TEXT_PREFIX", "PublicKey", "SigningKey", "write_file_atomically"]
+
+KEY_TEXT_PREFIX = "ed25519:"
+_RAW_SIZE = 32
+_SIGNATURE_SIZE = 64
+_MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+def write_file_atomically(
+    path: str | Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True
+) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    A temporary file in the same directory is created with ``mode``, written,
+    fsynced and renamed over ``path``; the directory is fsynced after. With
+    ``overwrite=False`` an existing ``path`` is left alone and ``FileExistsError``
+    is raised.
+    """
+    target = Path(path)
+    directory = target.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
+        else:  # pragma: no cover - Windows before Python 3.13
+            tmp.chmod(mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if overwrite:
+            tmp.replace(target)
+        else:
+            # link() fails if the target exists, unlike rename(): no window for a race.
+            os.link(tmp, target)
+            tmp.unlink()
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    if sys.platform != "win32":
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    """An Ed25519 public key, compared and hashed by its 32 raw bytes."""
+
+    raw: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.raw, bytes) or len(self.raw) != _RAW_SIZE:
+            raise KeyFileError(f"an Ed25519 public key is {_RAW_SIZE} raw bytes")
+
+    @classmethod
+    def from_raw(cls, raw: bytes) -> PublicKey:
+        return cls(bytes(raw))
+
+    @classmethod
+    def from_text(cls, text: str) -> PublicKey:
+        """Parse ``ed25519:<base64 of 32 raw bytes>`` (standard alphabet, padded)."""
+        hint = "expected 'ed25519:' followed by the standard base64 of 32 bytes (44 characters)"
+        if not isinstance(text, str) or not text.startswith(KEY_TEXT_PREFIX):
+            raise KeyFileError(f"not an ed25519 public key: {text!r}", hint=hint)
+        body = text[len(KEY_TEXT_PREFIX) :]
+        try:
+            raw = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise KeyFileError(f"public key {text!r} is not valid base64", hint=hint) from e
+        if len(raw) != _RAW_SIZE or base64.b64encode(raw).decode("ascii") != body:
+            raise KeyFileError(f"public key {text!r} is not the canonical base64 of 32 bytes", hint=hint)
+        return cls(raw)
+
+    def to_text(self) -> str:
+        return KEY_TEXT_PREFIX + base64.b64encode(self.raw).decode("ascii")
+
+    @classmethod
+    def from_pem(cls, data: bytes) -> PublicKey:
+        """Parse a PEM SubjectPublicKeyInfo holding an Ed25519 key."""
+        try:
+            key = serialization.load_pem_public_key(data)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+            raise KeyFileError("not a PEM public key") from e
+        if not isinstance(key, Ed25519PublicKey):
+            raise KeyFileError(f"public key is {type(key).__name__}, not Ed25519")
+        return cls(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+
+    def to_pem(self) -> bytes:
+        return self._key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+    @property
+    def keyid(self) -> str:
+        """``sha256:<hex>`` of the 32 raw public bytes."""
+        return "sha256:" + hashlib.sha256(self.raw).hexdigest()
+
+    def _key(self) -> Ed25519PublicKey:
+        return Ed25519PublicKey.from_public_bytes(self.raw)
+
+    def verify(self, signature: bytes, data: bytes) -> None:
+        """Raise ``SignatureError`` unless ``signature`` is this key's signature of ``data``."""
+        if not isinstance(signature, bytes | bytearray) or len(signature) != _SIGNATURE_SIZE:
+            raise SignatureError(f"an Ed25519 signature is {_SIGNATURE_SIZE} bytes", keyid=self.keyid)
+        try:
+            self._key().verify(bytes(signature), bytes(data))
+        except InvalidSignature as e:
+            raise SignatureError(f"signature does not verify with key {self.keyid}", keyid=self.keyid) from e
+
+    def __repr__(self) -> str:
+        return f"PublicKey({self.to_text()!r})"
+
+
+class SigningKey:
+    """An Ed25519 private key. ``repr`` shows only the public keyid."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyFileError(f"signing key must be Ed25519, not {type(key).__name__}")
+        self._key = key
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(Ed25519PrivateKey.generate())
+
+    @classmethod
+    def from_seed(cls, seed: bytes) -> SigningKey:
+        """The key whose 32-byte RFC 8032 private seed is ``seed`` (tests, vectors)."""
+        if len(seed) != _RAW_SIZE:
+            raise KeyFileError(f"an Ed25519 seed is {_RAW_SIZE} bytes")
+        return cls(Ed25519PrivateKey.from_private_bytes(bytes(seed)))
+
+    @classmethod
+    def from_pem(cls, data: bytes) -> SigningKey:
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+            raise KeyFileError("not an unencrypted PEM (PKCS#8) private key") from e
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyFileError(f"private key is {type(key).__name__}, not Ed25519")
+        return cls(key)
+
+    def to_pem(self) -> bytes:
+        return self._key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    def save(self, path: str | Path, *, overwrite: bool = False) -> None:
+        """Write the key as PEM PKCS#8, mode 0600, atomically.
+
+        Refuses to replace an existing file unless ``overwrite`` (a lost private
+        key cannot be recovered).
+        """
+        target = Path(path)
+        try:
+            write_file_atomically(target, self.to_pem(), mode=0o600, overwrite=overwrite)
+        except FileExistsError as e:
+            raise KeyFileError(
+                f"key file {target} already exists; not overwriting it",
+                hint="choose another path, or move the old key away first",
+            ) from e
+        except OSError as e:
+            raise KeyFileError(f"cannot write key file {target}: {e.strerror or e}") from e
+
+    @classmethod
+    def load(cls, path: str | Path) -> SigningKey:
+        """Read a private key file; refuse it if group or others may read or write it."""
+        source = Path(path)
+        try:
+            with source.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise KeyFileError(f"key file {source} is not a regular file")
+                if sys.platform != "win32" and st.st_mode & 0o077:
+                    raise KeyFileError(
+                        f"key file {source} is accessible by group or others "
+                        f"(mode {stat.S_IMODE(st.st_mode):04o})",
+                        hint=f"chmod 600 {source}",
+                    )
+                data = f.read(_MAX_KEY_FILE_BYTES + 1)
+        except FileNotFoundError as e:
+            raise KeyFileError(
+                f"key file {source} does not exist", hint="create one with `kvreg keys generate`"
+            ) from e
+        except OSError as e:
+            raise KeyFileError(f"cannot read key file {source}: {e.strerror or e}") from e
+        if len(data) > _MAX_KEY_FILE_BYTES:
+            raise KeyFileError(f"key file {source} is too large to be a key")
+        try:
+            return cls.from_pem(data)
+        except KeyFileError as e:
+            raise KeyFileError(f"key file {source}: {e.message}") from e
+
+    @property
+    def public_key(self) -> PublicKey:
+        return PublicKey(
+            self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        )
+
+    def sign(self, data: bytes) -> bytes:
+        """The 64-byte Ed25519 signature of ``data``."""
+        return self._key.sign(bytes(data))
+
+    def __repr__(self) -> str:
+        return f"SigningKey(keyid={self.public_key.keyid!r})"
