@@ -140,7 +140,13 @@ def test_read_verifies(home):
 def test_missing_object(home):
     d = Digest.of_bytes(b"nope")
     assert not home.objects.has(d)
-    for call in (home.objects.path, home.objects.open, home.objects.read, home.objects.size, home.objects.remove):
+    for call in (
+        home.objects.path,
+        home.objects.open,
+        home.objects.read,
+        home.objects.size,
+        home.objects.remove,
+    ):
         with pytest.raises(ObjectNotFoundError):
             call(d)
 
@@ -214,30 +220,35 @@ def test_concurrent_puts_from_threads(home):
     assert os.listdir(home.tmp_dir) == []
 
 
-def _proc_put(root: str, data: bytes, barrier, queue) -> None:
-    barrier.wait()
-    try:
-        r = ObjectStore(root).put_stream(io.BytesIO(data))
-        queue.put(("ok", str(r.digest), r.new))
-    except Exception as exc:  # pragma: no cover - reported to the parent
-        queue.put(("error", repr(exc), False))
+def _proc_put(root: str, blobs: list[bytes], barrier, queue) -> None:
+    store = ObjectStore(root)
+    for data in blobs:
+        barrier.wait()  # all processes race on the same object, one object at a time
+        try:
+            r = store.put_stream(io.BytesIO(data))
+            queue.put(("ok", str(r.digest), r.new))
+        except Exception as exc:  # pragma: no cover - reported to the parent
+            queue.put(("error", repr(exc), False))
 
 
 def test_concurrent_puts_from_processes(home):
-    ctx = multiprocessing.get_context("fork")
-    for round_ in range(3):
-        data = os.urandom(1 << 20) + bytes([round_])
-        barrier = ctx.Barrier(2)
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=_proc_put, args=(str(home.root), data, barrier, queue)) for _ in range(2)]
-        for p in procs:
-            p.start()
-        out = [queue.get(timeout=30) for _ in procs]
-        for p in procs:
-            p.join(timeout=30)
-            assert p.exitcode == 0
-        assert [o[0] for o in out] == ["ok", "ok"], out
-        assert out[0][1] == out[1][1] == Digest.of_bytes(data)
-        assert out[0][2] + out[1][2] == 1
-        assert home.objects.read(Digest.of_bytes(data)) == data
+    ctx = multiprocessing.get_context("spawn")
+    n = 3
+    blobs = [os.urandom(1 << 20) + bytes([i]) for i in range(3)]
+    barrier = ctx.Barrier(n)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_proc_put, args=(str(home.root), blobs, barrier, queue)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    out = [queue.get(timeout=60) for _ in range(n * len(blobs))]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert all(o[0] == "ok" for o in out), out
+    for data in blobs:
+        d = Digest.of_bytes(data)
+        mine = [o for o in out if o[1] == d]
+        assert len(mine) == n
+        assert sum(o[2] for o in mine) == 1  # exactly one process placed it
+        assert home.objects.read(d) == data
     assert os.listdir(home.tmp_dir) == []
