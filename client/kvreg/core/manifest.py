@@ -164,15 +164,17 @@ def _json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a non-integer number"
     if isinstance(value, str):
-        return "string"
+        return "a string"
     if isinstance(value, list):
-        return "array"
+        return "an array"
     if isinstance(value, dict):
-        return "object"
+        return "an object"
     return type(value).__name__
 
 
