@@ -266,3 +266,16 @@ def test_large_tree_is_linear() -> None:
     m = 65_537
     proof = merkle.consistency_proof(m, d)
     merkle.verify_consistency(m, n, merkle.root_from_leaf_hashes(d[:m]), root, proof)
+
+
+def test_verifiers_raise_typed_errors_for_wrong_types() -> None:
+    d = _leaves(2)
+    root = merkle.root_from_leaf_hashes(d)
+    with pytest.raises(MerkleProofError):
+        merkle.verify_inclusion(d[0], 0, 2, merkle.inclusion_proof(0, d), root.hex())  # type: ignore[arg-type]
+    with pytest.raises(MerkleProofError):
+        merkle.verify_inclusion("x", 0, 2, [], root)  # type: ignore[arg-type]
+    with pytest.raises(MerkleProofError):
+        merkle.verify_consistency(2, 2, root.hex(), root, [])  # type: ignore[arg-type]
+    with pytest.raises(MerkleProofError):
+        merkle.verify_consistency(1, 2, d[0], root, ["x"])  # type: ignore[list-item]

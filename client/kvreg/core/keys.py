@@ -20,6 +20,7 @@ import binascii
 import contextlib
 import hashlib
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -216,7 +217,7 @@ class SigningKey:
                     raise KeyFileError(
                         f"key file {source} is accessible by group or others "
                         f"(mode {stat.S_IMODE(st.st_mode):04o})",
-                        hint=f"chmod 600 {source}",
+                        hint=f"chmod 600 {shlex.quote(str(source))}",
                     )
                 data = f.read(_MAX_KEY_FILE_BYTES + 1)
         except FileNotFoundError as e:

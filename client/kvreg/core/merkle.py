@@ -174,6 +174,8 @@ def verify_inclusion(
     with root ``root`` (RFC 9162 §2.1.3.2). Raises ``MerkleProofError``."""
     if not isinstance(index, int) or not isinstance(tree_size, int) or index < 0 or tree_size < 0:
         raise MerkleProofError(f"invalid leaf index {index!r} or tree size {tree_size!r}")
+    if not isinstance(root, bytes | bytearray):
+        raise MerkleProofError(f"root must be bytes, not {type(root).__name__}")
     # Step 1.
     if index >= tree_size:
         raise MerkleProofError(f"leaf index {index} is not less than tree size {tree_size}")
@@ -222,6 +224,9 @@ def verify_consistency(
     """
     if not isinstance(old_size, int) or not isinstance(new_size, int) or old_size < 0 or new_size < 0:
         raise MerkleProofError(f"invalid tree sizes {old_size!r}, {new_size!r}")
+    for name, root in (("old root", old_root), ("new root", new_root)):
+        if not isinstance(root, bytes | bytearray):
+            raise MerkleProofError(f"{name} must be bytes, not {type(root).__name__}")
     if old_size > new_size:
         raise MerkleProofError(f"old tree size {old_size} is larger than new tree size {new_size}")
     if old_size == 0:
