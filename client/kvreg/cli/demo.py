@@ -1,0 +1,179 @@
+"""``kvreg demo``: deposit, dedupe, graft byte-exactly, refuse, recompute — offline, in a minute.
+
+The work happens in ``kvreg.engine.demo.run_demo`` in a work folder with its own
+store and key (a temporary one unless ``--workdir``); this module prepares the
+environment, shows progress on stderr and renders the report. It exits 3 if a
+check fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from kvreg.cli import output
+from kvreg.cli.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE, quiet_libraries
+from kvreg.cli.reexec import prepare_numerics
+from kvreg.core.errors import NotByteExactError, UsageError
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _render(console: Console, r: dict[str, Any]) -> None:
+    m, cfg = r["model"], r["config"]
+    console.print(
+        Panel(
+            f"model {escape(m['name'])}: {m['architecture']}, {m['num_layers']} layers, "
+            f"{m['kv_heads']} kv heads × {m['head_dim']}, seeded random weights\n"
+            f"config {cfg['fingerprint'][:19]}…: {cfg['dtype']}, {cfg['attn_implementation']}, "
+            f"{cfg['threads']} threads, profile {cfg['profile']}, blocks of {cfg['block_size']}\n"
+            f"store {escape(r['home'])}",
+            title="kvreg demo",
+            expand=False,
+        )
+    )
+
+    stored = Table(title="1. deposits: what was stored")
+    for col in ("ref", "manifest", "tokens", "chunks", "new chunks", "bytes written", "bytes new", "prefill"):
+        stored.add_column(col, justify="left" if col in ("ref", "manifest") else "right")
+    for d in r["deposits"]:
+        stored.add_row(
+            escape(d["ref"]),
+            d["manifest_digest"][:19] + "…",
+            str(d["token_count"]),
+            str(d["chunk_count"]),
+            str(d["new_chunks"]),
+            _size(d["bytes_written"]),
+            _size(d["bytes_new"]),
+            f"{d['prefill_seconds'] * 1000:.1f} ms",
+        )
+    console.print(stored)
+    dd = r["dedupe"]
+    console.print(
+        f"   the longer text shares its first {dd['shared_chunks']} chunks with the solution: only "
+        f"{dd['new_chunks']} of {dd['chunk_count']} chunks were new ({_size(dd['bytes_new'])} of "
+        f"{_size(dd['bytes_written'])} written)\n"
+    )
+
+    grafts = Table(title="2. grafts, checked against a fresh computation on the same schedule")
+    for col in (
+        "graft",
+        "grafted",
+        "prefilled",
+        "decoded",
+        "byte-exact",
+        "SHA-256-equal steps",
+        "max KL",
+        "argmax",
+    ):
+        grafts.add_column(col, justify="left" if col in ("graft", "byte-exact") else "right")
+    for g in r["grafts"]:
+        c = g["check"]
+        grafts.add_row(
+            escape(g["name"]),
+            str(g["graft_tokens"]),
+            str(g["prefill_tokens"]),
+            str(g["decoded_tokens"]),
+            "[green]yes[/green]" if c["byte_exact"] else "[red]NO[/red]",
+            f"{c['sha256_equal_steps']}/{c['steps']}",
+            f"{c['max_kl']:.3g}",
+            f"{100 * c['argmax_agreement']:.0f}%",
+        )
+    console.print(grafts)
+
+    t = r["timing"]
+    timing = Table(title=f"3. restore vs prefill ({t['tokens']} tokens, best of 3)")
+    timing.add_column("prefill", justify="right")
+    timing.add_column("restore (read + graft)", justify="right")
+    timing.add_column("ratio", justify="right")
+    timing.add_row(
+        f"{t['prefill_seconds'] * 1000:.2f} ms", f"{t['restore_seconds'] * 1000:.2f} ms", f"{t['ratio']:.1f}x"
+    )
+    console.print(timing)
+    console.print("   (a tiny model: the ratio grows with model size and text length)\n")
+
+    refusal = r["refusal"]
+    if refusal is not None:
+        console.print(
+            Panel(
+                escape(refusal["message"]),
+                title=f"4. refused: {refusal['code']}",
+                border_style="yellow",
+                expand=False,
+            )
+        )
+    else:
+        console.print("[red]4. the model with one changed weight was NOT refused[/red]")
+    rc = r["recompute"]
+    state = "[green]byte-exact[/green]" if rc["byte_exact"] else "[red]differs[/red]"
+    console.print(
+        f"5. verify --recompute: {state}: {rc['chunks_equal']}/{rc['chunks']} chunks equal, "
+        f"witness equal: {rc['witness_equal']}"
+    )
+    first = r["grafts"][0]
+    console.print(
+        Panel(escape(first["output_text"]), title="decoded after the graft (random weights)", expand=False)
+    )
+    if r["ok"]:
+        console.print(f"[bold green]demo passed[/bold green] in {r['seconds']:.1f} s")
+    else:
+        for f in r["failures"]:
+            console.print(f"[bold red]failed:[/bold red] {escape(f)}")
+
+
+def demo_cmd(
+    ctx: typer.Context,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir", metavar="DIR", help="Work here (empty or new; kept) instead of a temp folder."
+        ),
+    ] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary work folder.")] = False,
+    threads: Annotated[int, typer.Option("--threads", min=1, max=1024, help="CPU threads.")] = 2,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+) -> None:
+    """Run the whole story on a small built-in model: deposit, dedupe, graft, check, refuse."""
+    out = output.get(ctx, json_output)
+    if workdir is not None:
+        if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+            raise UsageError(f"--workdir {workdir} exists and is not an empty folder")
+        work, temporary = workdir, False
+    else:
+        work, temporary = Path(tempfile.mkdtemp(prefix="kvreg-demo-")), True
+    prepare_numerics(DEFAULT_PROFILE, DEFAULT_DEVICE)
+    quiet_libraries(out.verbose)
+    try:
+        with out.status("starting the engine (torch, transformers)"):
+            from kvreg.cli.engine_options import silence_transformers
+            from kvreg.engine.demo import run_demo
+
+            silence_transformers(out.verbose)
+
+        def progress(message: str) -> None:
+            out.note(f"[dim]demo:[/dim] {escape(message)}")
+
+        report = run_demo(work, threads=threads, progress=progress)
+    finally:
+        if temporary and not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if temporary and keep:
+        out.note(f"work folder kept: {escape(str(work))}")
+    error = None
+    if not report["ok"]:
+        error = NotByteExactError("the demo failed: " + "; ".join(report["failures"]))
+    out.result(report, lambda c: _render(c, report), error=error)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)

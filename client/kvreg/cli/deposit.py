@@ -1,0 +1,188 @@
+"""``kvreg deposit``: compute a text's KV state under a pinned config, sign it, store it.
+
+Arguments are checked before anything slow happens (ref name, files, evidence
+JSON, signing key); then the engine loads and ``kvreg.engine.deposit.deposit``
+does the work: prefill on the block grid, one chunk per block (chunks already in
+the store are not written again), manifest, signature, objects, envelope, ref.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvreg.cli import common, output
+from kvreg.cli.engine_options import (
+    AttnOpt,
+    BlockSizeOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EngineChoice,
+    ProfileOpt,
+    ThreadsOpt,
+    load_engine,
+    settings_for_new,
+)
+from kvreg.core.errors import UsageError
+from kvreg.core.names import RefName
+from kvreg.core.trust import TrustPolicy
+
+_VERIFY_PANEL = "Verification and annotations"
+
+
+class VerdictChoice(enum.StrEnum):
+    verified = "pass"
+    fail = "fail"
+    unknown = "unknown"
+
+
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def deposit_cmd(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A local Hugging Face model directory.")],
+    text_file: Annotated[
+        Path, typer.Option("--text-file", metavar="FILE", help="The text to deposit (UTF-8).")
+    ],
+    ref: Annotated[str, typer.Option("--ref", metavar="NS/NAME", help="The ref to point at the artifact.")],
+    prompt_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompt-file",
+            metavar="FILE",
+            help="A prompt (the question) that precedes the text; its tokens are the artifact's prefix.",
+        ),
+    ] = None,
+    verifier: Annotated[
+        str | None,
+        typer.Option(
+            "--verifier", metavar="NAME", help="Who or what verified the text.", rich_help_panel=_VERIFY_PANEL
+        ),
+    ] = None,
+    verdict: Annotated[
+        VerdictChoice | None,
+        typer.Option(
+            "--verdict", help="The verifier's verdict (default unknown).", rich_help_panel=_VERIFY_PANEL
+        ),
+    ] = None,
+    evidence: Annotated[
+        str | None,
+        typer.Option(
+            "--evidence",
+            metavar="JSON",
+            help='A JSON object (or @FILE), e.g. \'{"answer": "738"}\'.',
+            rich_help_panel=_VERIFY_PANEL,
+        ),
+    ] = None,
+    title: Annotated[
+        str | None, typer.Option("--title", help="A title for people.", rich_help_panel=_VERIFY_PANEL)
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="A free tag (repeatable).", rich_help_panel=_VERIFY_PANEL),
+    ] = None,
+    key: Annotated[str, typer.Option("--key", metavar="NAME", help="The signing key's name.")] = (
+        common.DEFAULT_KEY_NAME
+    ),
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    profile: ProfileOpt = None,
+    device: DeviceOpt = None,
+    block_size: BlockSizeOpt = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+) -> None:
+    """Deposit the KV state of a text: compute, sign and store it under NS/NAME."""
+    out = output.get(ctx, json_output)
+    ref_name = RefName.parse(ref)
+    text = common.read_text_file(text_file, what="text file")
+    if not text:
+        raise UsageError(f"text file {text_file} is empty")
+    prompt = common.read_text_file(prompt_file, what="prompt file") if prompt_file is not None else None
+    verification: dict[str, Any] | None = None
+    if verifier is not None:
+        verification = {
+            "verifier": verifier,
+            "verdict": str(verdict) if verdict is not None else "unknown",
+            "evidence": common.parse_json_object(evidence, option="--evidence") if evidence else {},
+        }
+    elif verdict is not None or evidence is not None:
+        raise UsageError("--verdict and --evidence need --verifier NAME (who or what verified the text)")
+    annotations: dict[str, Any] = {}
+    if title is not None:
+        annotations["title"] = title
+    if tag:
+        annotations["tags"] = list(tag)
+
+    home = common.home(ctx)
+    signing_key = common.load_signing_key(home, key)
+    if all(
+        k.keyid != signing_key.public_key.keyid
+        for k in TrustPolicy.load(home.trust_path).keys_for(ref_name.namespace)
+    ):
+        ns, public = ref_name.namespace, signing_key.public_key.to_text()
+        out.warn(
+            f"key {key!r} is not trusted for {ns!r} in this store; grafts here will refuse "
+            f"the artifact until you run: kvreg trust add {ns} {public}"
+        )
+
+    choice = EngineChoice(dtype, threads, attn, profile, device, block_size)
+    lm, load_seconds = load_engine(out, model, settings_for_new(choice), home)
+    from kvreg.engine.deposit import deposit
+
+    with out.status(f"prefilling and storing {ref_name}"):
+        result = deposit(
+            lm,
+            home,
+            text=text,
+            ref=ref_name,
+            key=signing_key,
+            prompt=prompt,
+            verification=verification,
+            annotations=annotations,
+        )
+    data = result.to_dict()
+    data["load_seconds"] = round(load_seconds, 6)
+    data["signer_keyid"] = signing_key.public_key.keyid
+
+    def render(console: Console) -> None:
+        m = result.manifest
+        console.print(f"[green]Deposited[/green] {escape(str(ref_name))} -> {m.digest}")
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("model", f"{escape(m.model.name)} ({m.model.architecture}, {m.model.dtype})")
+        table.add_row("config", f"{m.config.fingerprint.short()} (profile {m.config.profile})")
+        table.add_row("tokens", f"{m.token_count} in blocks of {m.block_size}")
+        table.add_row(
+            "chunks", f"{len(m.chunks)} ({result.new_chunks} new, {len(m.chunks) - result.new_chunks} shared)"
+        )
+        table.add_row(
+            "bytes",
+            f"{_human_size(result.write.bytes_new)} new of {_human_size(result.write.bytes_written)} written",
+        )
+        table.add_row("merkle root", str(m.merkle_root))
+        table.add_row("prefill", f"{result.prefill_seconds:.3f} s (model load {load_seconds:.2f} s)")
+        if verification is not None:
+            table.add_row("verification", f"{escape(verification['verifier'])}: {verification['verdict']}")
+        table.add_row("signed by", signing_key.public_key.keyid)
+        console.print(table)
+
+    out.result(data, render)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("deposit")(deposit_cmd)

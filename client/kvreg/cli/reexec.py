@@ -1,0 +1,51 @@
+"""Put the numerics profile's environment in place before torch is imported.
+
+Some variables that decide the bits of a forward pass (``ATEN_CPU_CAPABILITY``,
+``MKL_CBWR``, ``CUBLAS_WORKSPACE_CONFIG``, ...) are latched by torch, MKL and
+oneDNN when they load (DESIGN.md §1). The commands that run the engine call
+:func:`prepare_numerics` as soon as they know the profile and device, and only
+then import ``kvreg.engine``. If torch is somehow loaded already and the
+environment is wrong, the process re-executes itself (``python -m kvreg`` with the
+same arguments and the completed environment); a second failure is an error, so
+it can never loop.
+
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from kvreg.core.errors import ConfigError
+from kvreg.engine import profiles
+
+log = logging.getLogger(__name__)
+
+REEXEC_MARKER = "KVREG_REEXECUTED"
+
+
+def prepare_numerics(profile: str, device: str) -> None:
+    """Make this process able to run ``profile`` on ``device`` exactly (may re-execute it)."""
+    prof = profiles.parse_profile(profile)
+    cuda = device.startswith("cuda")
+    missing = profiles.missing_environment(prof, cuda=cuda)
+    if not missing:
+        return
+    if not profiles.torch_already_imported():
+        log.debug("setting the %s profile's environment: %s", prof, missing)
+        profiles.ensure_environment(prof, cuda=cuda)
+        return
+    if os.environ.get(REEXEC_MARKER):
+        needed = " ".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        raise ConfigError(
+            f"the {prof!r} numerics profile needs environment variables that torch latches at import, "
+            "and re-executing did not provide them",
+            hint=f"start kvreg with: {needed}",
+        )
+    env = {**os.environ, **missing, REEXEC_MARKER: "1"}
+    log.info("re-executing with the %s profile's environment %s", prof, missing)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "kvreg", *sys.argv[1:]], env)  # noqa: S606
