@@ -79,7 +79,15 @@ def test_accessors() -> None:
     assert m.verification.evidence == {"expected": "8788"}
     assert m.annotations["tags"] == ["x"]
     assert m.created == "2025-01-31T12:00:00Z" and m.kvreg_version == "0.1.0"
-    assert m.object_digests() == [d("chunk0"), d("chunk1"), d("chunk2"), d("tokens"), d("text"), d("prompt")]
+    assert m.object_digests() == [
+        d("chunk0"),
+        d("chunk1"),
+        d("chunk2"),
+        d("tokens"),
+        d("text"),
+        d("logits"),
+        d("prompt"),
+    ]
     # accessors hand out copies
     m.config.fields["threads"] = 99
     m.annotations["title"] = "changed"
@@ -92,7 +100,7 @@ def test_object_digests_deduplicate() -> None:
     doc = make_doc(8, 4, chunk_digests=[same, same])
     doc["text"]["digest"] = same
     doc["prompt"] = {"digest": d("tokens"), "size": 1, "token_count": 1}
-    assert Manifest.from_dict(doc).object_digests() == [same, d("tokens")]
+    assert Manifest.from_dict(doc).object_digests() == [same, d("tokens"), d("logits")]
 
 
 def test_unknown_fields_survive_round_trips() -> None:

@@ -21,6 +21,7 @@ def _deposit(home) -> tuple[Digest, list[Digest]]:
     chunks = [home.objects.put_bytes(f"chunk {i}".encode()) for i in range(2)]
     tokens = home.objects.put_bytes(b"\x01\x00\x00\x00" * 6)
     text = home.objects.put_bytes(b"hello world")
+    logits = home.objects.put_bytes(b"\x00\x00\x80\x3f" * 8)
     doc = {
         "schema": "kvreg.manifest/v1",
         "kvreg_version": "0.1.0",
@@ -53,7 +54,7 @@ def _deposit(home) -> tuple[Digest, list[Digest]]:
             for i, c in enumerate(chunks)
         ],
         "merkle_root": chunk_merkle_root([c.digest for c in chunks]),
-        "witness": {"logits_digest": FP, "dtype": "float32", "shape": [1, 8]},
+        "witness": {"logits_digest": logits.digest, "dtype": "float32", "shape": [1, 8]},
         "verification": None,
         "annotations": {},
     }
@@ -61,7 +62,7 @@ def _deposit(home) -> tuple[Digest, list[Digest]]:
     m = home.objects.put_bytes(manifest.raw_bytes, expected=manifest.digest).digest
     home.envelopes.put(m, b"{}")
     home.refs.set(R, m)
-    return m, [c.digest for c in chunks] + [tokens.digest, text.digest]
+    return m, [c.digest for c in chunks] + [tokens.digest, text.digest, logits.digest]
 
 
 def test_default_children_reads_a_real_manifest(home):

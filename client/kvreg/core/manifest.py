@@ -603,11 +603,11 @@ class Manifest:
 
     def object_digests(self) -> list[Digest]:
         """Every object the manifest references (chunks in order, then tokens, text,
-        prompt), each once."""
+        witness logits, prompt), each once."""
         out: list[Digest] = []
         seen: set[str] = set()
         candidates = [c.digest for c in self._views.chunks]
-        candidates += [self._views.tokens.digest, self._views.text.digest]
+        candidates += [self._views.tokens.digest, self._views.text.digest, self._views.witness.logits_digest]
         if self._views.prompt is not None:
             candidates.append(self._views.prompt.digest)
         for d in candidates:

@@ -125,7 +125,9 @@ def parse_header(
             raise error(f"tensor {t.name!r} data does not start where the previous one ends")
         position = t.end
     if total_size is not None and 8 + n + position != total_size:
-        raise error(f"safetensors data section ends at {8 + n + position}, but the file has {total_size} bytes")
+        raise error(
+            f"safetensors data section ends at {8 + n + position}, but the file has {total_size} bytes"
+        )
     return Header(header_size=n, metadata=metadata, tensors={t.name: t for t in tensors})
 
 
@@ -146,11 +148,15 @@ def _tensor_info(name: str, entry: object, error: type[KvregError]) -> TensorInf
         raise error(f"tensor {name!r}: data_offsets must be two ordered non-negative integers")
     nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
     if offsets[1] - offsets[0] != nbytes:
-        raise error(f"tensor {name!r}: {offsets[1] - offsets[0]} bytes do not fit dtype {dtype} shape {shape}")
+        raise error(
+            f"tensor {name!r}: {offsets[1] - offsets[0]} bytes do not fit dtype {dtype} shape {shape}"
+        )
     return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=offsets[0], end=offsets[1])
 
 
-def read_header(f: BinaryIO, *, total_size: int | None = None, error: type[KvregError] = ChunkInvalidError) -> Header:
+def read_header(
+    f: BinaryIO, *, total_size: int | None = None, error: type[KvregError] = ChunkInvalidError
+) -> Header:
     """Read and parse the header from an open binary file positioned at 0."""
     first = f.read(8)
     if len(first) < 8:

@@ -81,7 +81,9 @@ def parse_chunk(
     if len(view_bytes) < 8:
         raise ChunkInvalidError("chunk is shorter than its 8-byte header length")
     (header_len,) = struct.unpack("<Q", view_bytes[:8])
-    header = parse_header(bytes(view_bytes[: min(len(view_bytes), 8 + header_len)]), total_size=len(view_bytes))
+    header = parse_header(
+        bytes(view_bytes[: min(len(view_bytes), 8 + header_len)]), total_size=len(view_bytes)
+    )
     raw_meta = header.metadata.get(METADATA_KEY)
     if set(header.metadata) != {METADATA_KEY} or raw_meta is None:
         raise ChunkInvalidError("chunk metadata must hold exactly the 'kvreg.chunk' entry")
@@ -90,7 +92,9 @@ def parse_chunk(
     except ValueError:
         raise ChunkInvalidError("chunk metadata is not valid JSON") from None
     if meta != layout.metadata():
-        raise ChunkInvalidError(f"chunk metadata {meta!r} does not match the manifest's {layout.metadata()!r}")
+        raise ChunkInvalidError(
+            f"chunk metadata {meta!r} does not match the manifest's {layout.metadata()!r}"
+        )
     st_dtype = TORCH_TO_ST[layout.dtype]
     shape = (layout.kv_heads, layout.n_tokens, layout.head_dim)
     expected_names = {f"layers.{i}.{kind}" for i in range(layout.num_layers) for kind in ("key", "value")}
@@ -104,10 +108,14 @@ def parse_chunk(
             info = header.tensors[f"layers.{layer}.{kind}"]
             if info.dtype != st_dtype or info.shape != shape:
                 raise ChunkInvalidError(
-                    f"chunk tensor {info.name} is {info.dtype}{list(info.shape)}, expected {st_dtype}{list(shape)}"
+                    f"chunk tensor {info.name} is {info.dtype}{list(info.shape)}, "
+                    f"expected {st_dtype}{list(shape)}"
                 )
             view = torch.frombuffer(
-                data, dtype=layout.dtype, count=info.nbytes // itemsize, offset=header.data_offset + info.begin
+                data,
+                dtype=layout.dtype,
+                count=info.nbytes // itemsize,
+                offset=header.data_offset + info.begin,
             )
             out.append(view.view(shape))
     return keys, values

@@ -69,7 +69,9 @@ class EngineSettings:
             raise ConfigError(f"unsupported device {self.device!r}", hint="use 'cpu' or 'cuda[:N]'")
         profiles.parse_profile(self.profile)
         if self.profile == "portable" and self.device != "cpu":
-            raise ConfigError("the portable profile is defined for CPU hosts only", hint="use --profile native")
+            raise ConfigError(
+                "the portable profile is defined for CPU hosts only", hint="use --profile native"
+            )
 
     @classmethod
     def from_config_fields(cls, fields: dict[str, Any]) -> EngineSettings:
@@ -168,7 +170,7 @@ def _describe(settings: EngineSettings) -> dict[str, Any]:
         "float32_matmul_precision": "highest",
         "tf32": False,
         "reduced_precision_reduction": False,
-        "environment": profiles.numerics_environment(cuda=device.type == "cuda"),
+        "environment": _environment(settings, cuda=device.type == "cuda"),
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
@@ -177,6 +179,14 @@ def _describe(settings: EngineSettings) -> dict[str, Any]:
         "block_size": settings.block_size,
         "schedule": "absolute-grid",
     }
+
+
+def _environment(settings: EngineSettings, *, cuda: bool) -> dict[str, str | None]:
+    # Under the portable profile only the pinned variables count: they override the
+    # host's ISA choices, which is what makes the bits independent of the host.
+    if settings.profile == "portable":
+        return dict(sorted(profiles.PORTABLE_ENV.items()))
+    return profiles.numerics_environment(cuda=cuda)
 
 
 def diff_fields(expected: dict[str, Any], actual: dict[str, Any], prefix: str = "") -> list[str]:

@@ -62,7 +62,9 @@ def check_compatible(lm: LoadedModel, manifest: Manifest) -> None:
     """Raise ``FingerprintMismatchError`` naming every fingerprint that differs."""
     problems: list[str] = []
     if manifest.model.fingerprint != lm.model_fp:
-        problems.append(f"model fingerprint: artifact {manifest.model.fingerprint.short()}, local {lm.model_fp.short()}")
+        problems.append(
+            f"model fingerprint: artifact {manifest.model.fingerprint.short()}, local {lm.model_fp.short()}"
+        )
     if manifest.tokenizer.fingerprint != lm.tokenizer_fp:
         problems.append(
             f"tokenizer fingerprint: artifact {manifest.tokenizer.fingerprint.short()}, "
@@ -74,7 +76,8 @@ def check_compatible(lm: LoadedModel, manifest: Manifest) -> None:
     if problems:
         which = [p.split(":", 1)[0].removesuffix(" fingerprint") for p in problems]
         raise FingerprintMismatchError(
-            f"refusing to graft: {', '.join(which)} differ from the artifact's\n  " + "\n  ".join(problems),
+            f"refusing to graft: the local {' and '.join(which)} "
+            f"{'differs' if len(which) == 1 else 'differ'} from the artifact's\n  " + "\n  ".join(problems),
             hint="graft with the same model directory and the same --dtype/--threads/--attn/--profile "
             "(the artifact's recorded config is the default); the result would not be byte-exact otherwise",
             differs=which,
@@ -105,7 +108,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def plan_graft(manifest: Manifest, artifact_tokens: list[int], prompt: list[int], *, blocks: int | None = None) -> GraftPlan:
+def plan_graft(
+    manifest: Manifest, artifact_tokens: list[int], prompt: list[int], *, blocks: int | None = None
+) -> GraftPlan:
     """Where to graft, after comparing the artifact's tokens with the prompt one by one."""
     block = manifest.block_size
     total = len(artifact_tokens)
@@ -177,7 +182,9 @@ def read_chunks(
                 hint="pull the artifact again or run: kvreg fsck",
             ) from None
         if n != entry.size or extra:
-            raise ChunkInvalidError(f"chunk {entry.index} has another size than the manifest's {entry.size} bytes")
+            raise ChunkInvalidError(
+                f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
+            )
         if verify:
             actual = hashlib.sha256(buf).hexdigest()
             if actual != entry.digest.hex:
@@ -225,7 +232,9 @@ class GraftOutcome:
     timings: dict[str, float]
 
 
-def _probe(lm: LoadedModel, manifest: Manifest, chunks: LoadedChunks, plan: GraftPlan) -> tuple[DynamicCache, torch.Tensor, dict[str, Any]]:
+def _probe(
+    lm: LoadedModel, manifest: Manifest, chunks: LoadedChunks, plan: GraftPlan
+) -> tuple[DynamicCache, torch.Tensor, dict[str, Any]]:
     """Recompute the last grafted block from the ones before it and compare bits."""
     last = manifest.chunks[plan.chunks - 1]
     if plan.chunks > 1:
@@ -270,7 +279,9 @@ def graft(
     """Graft ``manifest``'s state for ``prompt`` (default: the artifact's own tokens)."""
     timings: dict[str, float] = {}
     check_compatible(lm, manifest)
-    plan = plan_graft(manifest, artifact_tokens, list(artifact_tokens if prompt is None else prompt), blocks=blocks)
+    plan = plan_graft(
+        manifest, artifact_tokens, list(artifact_tokens if prompt is None else prompt), blocks=blocks
+    )
     t0 = time.perf_counter()
     chunks = read_chunks(home, manifest, plan.chunks, verify=verify, threads=lm.config.settings.threads)
     timings["read_seconds"] = time.perf_counter() - t0
@@ -295,7 +306,9 @@ def graft(
     return GraftOutcome(plan, cache, logits, chunks, probe_result, timings)
 
 
-def continue_decoding(lm: LoadedModel, outcome: GraftOutcome, steps: int, *, stop_at_eos: bool = False) -> Decoded:
+def continue_decoding(
+    lm: LoadedModel, outcome: GraftOutcome, steps: int, *, stop_at_eos: bool = False
+) -> Decoded:
     t = time.perf_counter()
     out = decode(lm, outcome.cache, outcome.logits, steps, stop_at_eos=stop_at_eos)
     outcome.timings["decode_seconds"] = time.perf_counter() - t

@@ -14,6 +14,7 @@ stores, manifests or signatures.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from collections.abc import Sequence
@@ -79,7 +80,9 @@ def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
     }
 
 
-def load_model(model_dir: str | Path, settings: EngineSettings, *, cache_dir: Path | None = None) -> LoadedModel:
+def load_model(
+    model_dir: str | Path, settings: EngineSettings, *, cache_dir: Path | None = None
+) -> LoadedModel:
     """Pin the numerics, fingerprint the directory, then load model and tokenizer."""
     path = Path(model_dir)
     if not path.is_dir():
@@ -118,7 +121,7 @@ def schedule(start: int, end: int, block_size: int, *, split_at: int | None = No
     if split_at is not None and start < split_at < end:
         bounds.add(split_at)
     ordered = sorted(bounds)
-    return list(zip(ordered[:-1], ordered[1:], strict=True))
+    return list(itertools.pairwise(ordered))
 
 
 # --- caches ---------------------------------------------------------------------------
@@ -130,7 +133,9 @@ def new_cache(lm: LoadedModel) -> DynamicCache:
         if isinstance(layer, DynamicSlidingWindowLayer):
             layer.activate_past_recording()
         elif type(layer) is not DynamicLayer:
-            raise ModelError(f"unsupported cache layer type {type(layer).__name__} for {lm.info['architecture']}")
+            raise ModelError(
+                f"unsupported cache layer type {type(layer).__name__} for {lm.info['architecture']}"
+            )
     return cache
 
 
