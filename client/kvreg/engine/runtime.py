@@ -208,7 +208,7 @@ def forward(lm: LoadedModel, cache: DynamicCache, tokens: Sequence[int], start: 
         input_ids=ids,
         position_ids=positions.unsqueeze(0),
         cache_position=positions,
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
         logits_to_keep=1,
     )

@@ -1,0 +1,59 @@
+"""Fixtures for engine tests: tiny seeded model directories and an isolated store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvreg.core.keys import SigningKey
+from kvreg.core.trust import TrustPolicy
+from kvreg.engine.config import EngineSettings
+from kvreg.engine.runtime import LoadedModel, load_model
+from kvreg.engine.tiny import build_model_dir
+from kvreg.store.home import Home
+
+TEXT = (
+    "Problem 7. Find the number of ordered pairs of positive integers (a, b) such that a + b = 1000 "
+    "and neither a nor b has a zero digit. Solution: count the numbers without a zero digit. "
+    "The answer is 738."
+)
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def llama_dir(models_dir: Path) -> Path:
+    return build_model_dir(models_dir / "llama", "llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir(models_dir: Path) -> Path:
+    return build_model_dir(models_dir / "gemma3", "gemma3", seed=0)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    return Home(tmp_path / "home").ensure()
+
+
+@pytest.fixture
+def key(home: Home) -> SigningKey:
+    signing = SigningKey.generate()
+    policy = TrustPolicy()
+    policy.allow("*", signing.public_key)
+    policy.save(home.trust_path)
+    return signing
+
+
+@pytest.fixture(scope="session")
+def llama(llama_dir: Path) -> LoadedModel:
+    return load_model(llama_dir, EngineSettings(block_size=16))
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_dir: Path) -> LoadedModel:
+    return load_model(gemma3_dir, EngineSettings(block_size=16))
