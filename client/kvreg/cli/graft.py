@@ -45,7 +45,7 @@ from kvreg.core.errors import (
     ObjectNotFoundError,
     UsageError,
 )
-from kvreg.store.artifacts import Artifact, open_artifact, read_tokens
+from kvreg.store.artifacts import Artifact, read_tokens
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
@@ -115,7 +115,7 @@ def graft_cmd(
     prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file else None
     append_text = common.read_text_file(append_file, what="append file") if append_file else None
     home = common.home(ctx)
-    artifact = open_artifact(home, ref)
+    artifact = common.open_verified(home, ref)
     manifest = artifact.manifest
     tokens = read_tokens(home, manifest)
     fields = settings_for_recorded(
@@ -280,7 +280,7 @@ def verify_cmd(
     if recompute and model is None:
         raise UsageError("--recompute needs --model MODEL")
     home = common.home(ctx)
-    artifact = open_artifact(home, ref)  # digest of the manifest, signature, schema, Merkle root
+    artifact = common.open_verified(home, ref)  # digest of the manifest, signature, schema, Merkle root
     manifest = artifact.manifest
     with out.status(f"re-hashing the objects of {artifact.digest.short()}"):
         objects = _rehash(home, artifact)

@@ -21,7 +21,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
-from kvreg.store.artifacts import open_artifact, resolve
+from kvreg.store.artifacts import resolve
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 _TEXT_PREVIEW = 600
@@ -100,7 +100,7 @@ def show(
             claimed = []
         signers = [*claimed, "[yellow](signature not checked: --unverified)[/yellow]"]
     else:
-        artifact = open_artifact(home, resolved)
+        artifact = common.open_verified(home, target)
         manifest = artifact.manifest
         signers = [s.keyid or "?" for s in artifact.envelope.signatures]
     text: str | None = None

@@ -104,7 +104,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``kvreg`` script and of ``python -m kvreg``."""
     args = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(build_app())
-    output.exit_with(output.run(command, args))
+    root, ours = logging.getLogger(), logging.getLogger("kvreg")
+    saved = (list(root.handlers), root.level, ours.level)
+    try:
+        code = output.run(command, args)
+    finally:  # leave logging as it was (matters when main() is called in-process)
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        ours.setLevel(saved[2])
+    output.exit_with(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,98 @@
+"""Fixtures for the command-line tests.
+
+Commands run in subprocesses (``python -m kvreg``), each with its own
+``KVREG_HOME``, so that a deposit and the graft that checks it happen in
+different processes, as they do for users. Tiny model directories are built once
+per session and shared.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import BLOCK, EXTENSION, QUESTION, REF, SOLUTION, SUFFIX, TEXT, kvreg
+
+
+class Models:
+    """Tiny model directories, built on first use and shared by the whole session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._built: dict[str, Path] = {}
+
+    def __getitem__(self, arch: str) -> Path:
+        if arch not in self._built:
+            from kvreg.engine.tiny import build_model_dir
+
+            self._built[arch] = build_model_dir(self.root / arch, arch, seed=0)
+        return self._built[arch]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
+    return Models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("texts")
+    files = {
+        "text": TEXT,
+        "question": QUESTION,
+        "solution": SOLUTION,
+        "extended": TEXT + EXTENSION,
+        "suffix": SUFFIX,
+        "other": "A compliance ruling: the transfer is permitted because the counterparty is registered "
+        "and the amount is below the reporting threshold of 10,000 units. Reviewed and approved.",
+    }
+    out = {}
+    for name, content in files.items():
+        out[name] = d / f"{name}.txt"
+        out[name].write_text(content, encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="session")
+def deposited(
+    tmp_path_factory: pytest.TempPathFactory, models: Models, texts: dict[str, Path]
+) -> dict[str, Any]:
+    """A store with a key and one llama float32 artifact (blocks of 16) under ``test/p07``.
+
+    Do not change it: tests that damage a store work on a copy (``store_copy``).
+    """
+    home = tmp_path_factory.mktemp("deposited") / "home"
+    kvreg(home, "keys", "generate")
+    dep = kvreg(
+        home,
+        "--json",
+        "deposit",
+        models["llama"],
+        "--text-file",
+        texts["text"],
+        "--ref",
+        REF,
+        "--block-size",
+        BLOCK,
+        "--verifier",
+        "checker",
+        "--verdict",
+        "pass",
+        "--evidence",
+        '{"answer": "738"}',
+        "--title",
+        "p07",
+    ).json
+    manifest = kvreg(home, "show", REF, "--json").json
+    return {"home": home, "deposit": dep, "manifest": manifest}
+
+
+@pytest.fixture
+def store_copy(tmp_path: Path, deposited: dict[str, Any]) -> Path:
+    """A private copy of the ``deposited`` store (modes kept) that a test may damage."""
+    home = tmp_path / "home"
+    shutil.copytree(deposited["home"], home, symlinks=True)
+    return home

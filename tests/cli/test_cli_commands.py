@@ -1,0 +1,173 @@
+"""The command surface: help, start-up cost, global options, keys and trust, the demo."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from kvreg.cli.main import main
+
+from .helpers import kvreg, kvreg_env
+
+COMMANDS = [
+    [],
+    ["keys"],
+    ["keys", "generate"],
+    ["keys", "list"],
+    ["keys", "export"],
+    ["trust"],
+    ["trust", "add"],
+    ["trust", "list"],
+    ["trust", "remove"],
+    ["deposit"],
+    ["graft"],
+    ["verify"],
+    ["show"],
+    ["ls"],
+    ["cat"],
+    ["fsck"],
+    ["gc"],
+    ["demo"],
+]
+
+
+def call(capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``kvreg ARGS`` in this process (fast: for commands that do not load the engine)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return int(exit_info.value.code or 0), captured.out, captured.err
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "kvreg")
+def test_help_works_for_every_command(capsys, command):
+    rc, out, _ = call(capsys, *command, "--help")
+    assert rc == 0
+    assert "Usage" in out
+    assert f"kvreg {' '.join(command)}".strip() in out
+
+
+def test_help_and_version_do_not_import_torch(tmp_path):
+    env = kvreg_env(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kvreg", "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Usage" in proc.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "kvreg.cli.main" in imported
+    heavy = {m for m in imported if m.split(".")[0] in ("torch", "transformers", "safetensors", "numpy")}
+    assert not heavy, sorted(heavy)[:10]
+    version = kvreg(tmp_path, "--version")
+    assert version.out.strip().startswith("kvreg ")
+
+
+def test_usage_errors_exit_2(capsys, tmp_path):
+    assert call(capsys, "--home", tmp_path, "no-such-command")[0] == 2
+    rc, out, _ = call(capsys, "--home", tmp_path, "--json", "graft")
+    assert rc == 2
+    assert json.loads(out)["error"]["code"] == "USAGE"
+    assert call(capsys, "--home", tmp_path, "gc", "--grace", "soon")[0] == 2
+    assert call(capsys, "--home", tmp_path, "cat", "sha256:XYZ")[0] == 2
+
+
+def test_keys_generate_list_export(capsys, tmp_path):
+    home = tmp_path / "home"
+    rc, out, _ = call(capsys, "--home", home, "keys", "generate", "--json")
+    assert rc == 0
+    made = json.loads(out)
+    assert made["trusted_for"] == ["*"]
+    key_file = home / "keys" / "default.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE((home / "keys").stat().st_mode) == 0o700
+    assert (home / "keys" / "default.pub").read_text().strip() == made["public_key"]
+    policy = json.loads((home / "trust.json").read_text())
+    assert policy["namespaces"]["*"] == [made["public_key"]]
+
+    rc, out, err = call(capsys, "--home", home, "--json", "keys", "generate")
+    assert rc == 1
+    assert json.loads(out)["error"]["code"] == "KEY_INVALID"
+    assert "--force" in err
+    assert key_file.read_bytes()  # untouched
+
+    rc, out, _ = call(capsys, "--home", home, "keys", "generate", "--name", "ci", "--no-trust", "--json")
+    assert rc == 0 and json.loads(out)["trusted_for"] == []
+    rc, out, _ = call(capsys, "--home", home, "keys", "list", "--json")
+    listed = {k["name"]: k for k in json.loads(out)["keys"]}
+    assert set(listed) == {"default", "ci"}
+    assert listed["default"]["trusted_for"] == ["*"] and listed["ci"]["trusted_for"] == []
+    rc, out, _ = call(capsys, "--home", home, "keys", "export")
+    assert out.strip() == made["public_key"]
+    assert call(capsys, "--home", home, "keys", "export", "--name", "nope")[0] == 1
+    assert call(capsys, "--home", home, "keys", "generate", "--name", "../evil")[0] == 2
+
+    rc, _, _ = call(capsys, "--home", home, "keys", "generate", "--force")
+    assert rc == 0
+    rc, out, _ = call(capsys, "--home", home, "keys", "export", "--json")
+    assert json.loads(out)["public_key"] != made["public_key"]
+
+
+def test_trust_add_list_remove(capsys, tmp_path):
+    home = tmp_path / "home"
+    call(capsys, "--home", home, "keys", "generate", "--name", "ci", "--no-trust")
+    public = (home / "keys" / "ci.pub").read_text().strip()
+    rc, out, _ = call(capsys, "--home", home, "trust", "add", "aime25", public, "--json")
+    assert rc == 0
+    keyid = json.loads(out)["keyid"]
+    # The same key from its .pub file, and from a PEM file, for another namespace.
+    assert call(capsys, "--home", home, "trust", "add", "other", home / "keys" / "ci.pub")[0] == 0
+    from kvreg.core.keys import PublicKey
+
+    pem = tmp_path / "ci.pem"
+    pem.write_bytes(PublicKey.from_text(public).to_pem())
+    assert call(capsys, "--home", home, "trust", "add", "third", pem)[0] == 0
+    rc, out, _ = call(capsys, "--home", home, "trust", "list", "--json")
+    rows = json.loads(out)["trust"]
+    assert {(r["namespace"], r["keyid"], r["local_key"]) for r in rows} == {
+        ("aime25", keyid, "ci"),
+        ("other", keyid, "ci"),
+        ("third", keyid, "ci"),
+    }
+    assert call(capsys, "--home", home, "trust", "remove", "aime25", keyid)[0] == 0
+    assert call(capsys, "--home", home, "trust", "remove", "aime25", keyid)[0] == 1  # not trusted any more
+    assert call(capsys, "--home", home, "trust", "remove", "other", public)[0] == 0  # by key text
+    rc, out, _ = call(capsys, "--home", home, "trust", "list", "--json")
+    assert [r["namespace"] for r in json.loads(out)["trust"]] == ["third"]
+    assert call(capsys, "--home", home, "trust", "add", "Bad/NS", public)[0] == 2
+    assert call(capsys, "--home", home, "trust", "add", "ns", "ed25519:not-base64")[0] == 1
+    assert call(capsys, "--home", home, "trust", "add", "ns", tmp_path / "missing.pub")[0] == 2
+
+
+def test_engine_defaults_known_before_torch_match_the_engine():
+    from kvreg.cli import engine_options
+    from kvreg.engine.config import EngineSettings
+
+    defaults = EngineSettings()
+    assert defaults.device == engine_options.DEFAULT_DEVICE
+    assert defaults.profile == engine_options.DEFAULT_PROFILE
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    workdir = tmp_path / "demo"
+    run = kvreg(tmp_path / "unused-home", "demo", "--workdir", workdir, "--json", timeout=600)
+    report = run.json
+    assert report["ok"] is True, report["failures"]
+    assert [g["check"]["byte_exact"] for g in report["grafts"]] == [True, True]
+    assert all(g["check"]["sha256_equal_steps"] == 32 for g in report["grafts"])
+    assert report["dedupe"]["shared_chunks"] > 0
+    assert report["dedupe"]["new_chunks"] < report["dedupe"]["chunk_count"]
+    assert report["refusal"]["code"] == "FINGERPRINT_MISMATCH"
+    assert report["recompute"]["byte_exact"] is True
+    assert "demo:" in run.err  # progress on stderr
+    assert not (tmp_path / "unused-home").exists()  # the demo uses its own store
+    assert (workdir / "home" / "refs" / "demo" / "p07").is_file()
+    rerun = kvreg(tmp_path, "demo", "--workdir", workdir, expect=2)
+    assert "not an empty folder" in rerun.err
