@@ -131,6 +131,7 @@ def test_gc_removes_unreferenced_and_keeps_referenced(tmp_path, models, texts):
         *new_chunks,
         new_manifest["tokens"]["digest"],
         new_manifest["text"]["digest"],
+        new_manifest["witness"]["logits_digest"],
     ]:
         assert object_path(home, digest).exists(), digest
     for digest in removed:
