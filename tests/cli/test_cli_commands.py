@@ -171,3 +171,20 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (workdir / "home" / "refs" / "demo" / "p07").is_file()
     rerun = kvreg(tmp_path, "demo", "--workdir", workdir, expect=2)
     assert "not an empty folder" in rerun.err
+
+
+def test_unexpected_errors_exit_1_with_a_short_message(capsys, tmp_path, monkeypatch):
+    from kvreg.cli import maintenance
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(maintenance, "collect_garbage", boom)
+    rc, out, err = call(capsys, "--home", tmp_path, "gc")
+    assert rc == 1
+    assert "unexpected RuntimeError: something broke" in err
+    assert "Traceback" not in err
+    rc, out, err = call(capsys, "--home", tmp_path, "-v", "--json", "gc")
+    assert rc == 1
+    assert json.loads(out)["error"]["code"] == "INTERNAL"
+    assert "Traceback" in err

@@ -193,7 +193,10 @@ def graft_cmd(
             + ("re-hashed" if outcome.chunks.verified else "[yellow]not re-hashed (--trust-store)[/yellow]"),
         )
         if outcome.probe is not None:
-            summary.add_row("probe", "[green]passed[/green] " + escape(str(outcome.probe)))
+            what = f"block {outcome.probe.get('block')} recomputed, KV equal"
+            if "witness_equal" in outcome.probe:
+                what += ", next-token logits equal to the witness"
+            summary.add_row("probe", f"[green]passed[/green] ({what})")
         else:
             summary.add_row("probe", "skipped")
         summary.add_row(
