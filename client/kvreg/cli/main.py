@@ -31,7 +31,7 @@ HELP = (
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"kvreg {kvreg.__version__}")
+        output.Output(output.CliState()).write_text(f"kvreg {kvreg.__version__}\n")
         raise typer.Exit()
 
 
