@@ -53,3 +53,35 @@ def test_prompt_and_append_together_is_a_usage_error(deposited, texts):
     err = kvreg(deposited["home"], "graft", REF, *args, expect=2).json["error"]
     assert "not both" in err["message"]
     assert kvreg(deposited["home"], "graft", REF, "--model", "m", "--max-new-tokens", "0", expect=2).rc == 2
+
+
+@pytest.mark.slow
+def test_shifted_graft_is_labelled_approximate_and_changes_nothing(tmp_path, deposited, models):
+    prefix = tmp_path / "prefix.txt"
+    prefix.write_text("An unrelated preamble.", encoding="utf-8")
+    home = deposited["home"]
+    before = snapshot(home)
+    out = kvreg(
+        home,
+        "graft",
+        REF,
+        "--model",
+        models["llama"],
+        "--shift-after-file",
+        prefix,
+        "--max-new-tokens",
+        "8",
+        "--json",
+    ).json
+    assert out["mode"] == "shifted-approximate" and out["exact"] is False
+    assert "byte_exact" not in out and "check" not in out
+    assert out["steps"] == 8 and out["max_kl"] > 0.0
+    assert snapshot(home) == before
+
+
+def test_shifted_graft_refuses_an_exactness_check(deposited, texts):
+    args = ["--model", "m", "--shift-after-file", texts["suffix"], "--check", "--json"]
+    assert (
+        "cannot be combined"
+        in kvreg(deposited["home"], "graft", REF, *args, expect=2).json["error"]["message"]
+    )

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.engine.profiles import PORTABLE_ENV
+
 from .conftest import TEXT
 
 AVX2_HOST = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -65,6 +67,9 @@ def test_portable_deposit_grafts_exactly_on_an_avx2_host(dtype: str, llama_dir: 
     )
     _json(kvreg(home, "deposit", str(llama_dir), "--text-file", str(text), "--ref", "p/native", *common))
 
+    manifest = _json(kvreg(home, "show", "p/portable", "--json"))
+    assert manifest["config"]["fields"]["environment"] == dict(sorted(PORTABLE_ENV.items()))
+    # No --profile on the grafting host: the recorded config decides, the CLI sets the environment.
     grafted = _json(
         kvreg(
             home,

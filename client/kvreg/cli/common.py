@@ -14,11 +14,9 @@ from typing import Any
 import typer
 
 from kvreg.cli.output import CliState
-from kvreg.core.envelope import Envelope, verify_envelope
-from kvreg.core.errors import KeyFileError, SignatureError, UntrustedKeyError, UsageError
+from kvreg.core.errors import KeyFileError, UsageError
 from kvreg.core.keys import PublicKey, SigningKey
-from kvreg.core.trust import WILDCARD, TrustPolicy
-from kvreg.store.artifacts import ANY_NAMESPACE, Artifact, namespace_for, open_artifact, resolve
+from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
 KEY_SUFFIX = ".key"
@@ -150,28 +148,5 @@ def parse_public_key(value: str) -> PublicKey:
 
 
 def open_verified(h: Home, target: str) -> Artifact:
-    """``open_artifact``, naming the signer when a local key that is not trusted signed.
-
-    ``open_artifact`` can only name an untrusted signer whose key is somewhere in
-    the trust policy; a key made here with ``keys generate --no-trust`` is not.
-    When no trusted signature verifies, the envelope is checked once more against
-    this store's own public keys, so that the refusal says which key signed and
-    how to trust it (``UntrustedKeyError``) instead of only that none verified.
-    """
-    try:
-        return open_artifact(h, target)
-    except UntrustedKeyError:
-        raise
-    except SignatureError:
-        local = list(local_public_keys(h).values())
-        if not local:
-            raise
-        resolved = resolve(h, target)
-        envelope = Envelope.from_json_bytes(h.envelopes.get(resolved.digest))
-        policy = TrustPolicy.load(h.trust_path)
-        namespace = namespace_for(h, resolved)
-        if namespace == ANY_NAMESPACE:
-            policy = TrustPolicy({WILDCARD: policy.keys_for(WILDCARD)})
-            namespace = "unnamed"
-        verify_envelope(envelope, policy, namespace, known_keys=local)  # raises UntrustedKeyError
-        raise
+    """``open_artifact``, naming the signer when one of this store's untrusted keys signed."""
+    return open_artifact(h, target, known_keys=local_public_keys(h).values())

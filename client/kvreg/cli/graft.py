@@ -101,6 +101,15 @@ def graft_cmd(
     trust_store: Annotated[
         bool, typer.Option("--trust-store", help="Do not re-hash the chunks (trust the read-only store).")
     ] = False,
+    shift_after_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--shift-after-file",
+            metavar="FILE",
+            help="APPROXIMATE: place the artifact after this text by re-rotating its keys, and report the "
+            "residual against a fresh run. Never byte-exact.",
+        ),
+    ] = None,
     dtype: DtypeOpt = None,
     threads: ThreadsOpt = None,
     attn: AttnOpt = None,
@@ -112,6 +121,10 @@ def graft_cmd(
     out = output.get(ctx, json_output)
     if prompt_file is not None and append_file is not None:
         raise UsageError("give --prompt-file or --append-file, not both")
+    if shift_after_file is not None and (prompt_file or append_file or blocks or check):
+        raise UsageError(
+            "--shift-after-file cannot be combined with --prompt-file, --append-file, --blocks or --check"
+        )
     prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file else None
     append_text = common.read_text_file(append_file, what="append file") if append_file else None
     home = common.home(ctx)
@@ -122,6 +135,10 @@ def graft_cmd(
         manifest.config_fields, EngineChoice(dtype, threads, attn, profile, device)
     )
     lm, load_seconds = load_engine(out, model, fields, home)
+    if shift_after_file is not None:
+        prefix_text = common.read_text_file(shift_after_file, what="shift prefix file")
+        _shifted(out, lm, home, artifact, tokens, prefix_text, max_new_tokens)
+        return
     from kvreg.engine.check import check_graft
     from kvreg.engine.graft import continue_decoding, graft
 
@@ -208,6 +225,44 @@ def graft_cmd(
             console.print(_check_table(comparison))
 
     out.result(data, render, error=error)
+
+
+def _shifted(
+    out: output.Output,
+    lm: Any,
+    home: Any,
+    artifact: Artifact,
+    tokens: list[int],
+    prefix_text: str,
+    steps: int,
+) -> None:
+    """The labelled approximate mode: never reported as exact, never an exit-3 check."""
+    from kvreg.engine.shifted import shifted_graft
+
+    with out.status("shifted graft (approximate) and a fresh run to measure the residual"):
+        report = shifted_graft(
+            lm, home, artifact.manifest, tokens, lm.encode(prefix_text, first=True), steps=steps
+        )
+    data = {
+        "ref": str(artifact.ref) if artifact.ref else None,
+        "manifest_digest": str(artifact.digest),
+        **report.to_dict(),
+        "output_text": lm.decode(report.output_tokens),
+    }
+
+    def render(console: Console) -> None:
+        console.print("[bold yellow]APPROXIMATE[/bold yellow] shifted graft — not byte-exact by construction")
+        table = Table(show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("offset", f"{data['offset']} tokens ({data['shifted_tokens']} re-rotated)")
+        table.add_row("max |Δlogits|", f"{data['max_abs_logit_diff']:.3g}")
+        table.add_row("max KL", f"{data['max_kl']:.3g}")
+        table.add_row("argmax agreement", f"{100 * data['argmax_agreement']:.1f}% over {data['steps']} steps")
+        console.print(table)
+        console.print(Panel(escape(data["output_text"]), title="decoded text (approximate)", expand=False))
+
+    out.result(data, render)
 
 
 # --- verify ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from kvreg.core.digest import Digest, is_digest
 from kvreg.core.envelope import Envelope, verify_envelope
 from kvreg.core.errors import DigestMismatchError, IntegrityError
+from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
@@ -26,6 +27,8 @@ from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
 
 ANY_NAMESPACE = "*"
+# The namespace named in errors about an artifact reached by a digest that no ref names.
+UNNAMED_NAMESPACE = "unnamed"
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,18 @@ def namespace_for(home: Home, target: Target) -> str:
     return ANY_NAMESPACE
 
 
-def open_artifact(home: Home, target: str | Target, *, trust: TrustPolicy | None = None) -> Artifact:
-    """Resolve, read and verify an artifact. Raises on any integrity or trust failure."""
+def open_artifact(
+    home: Home,
+    target: str | Target,
+    *,
+    trust: TrustPolicy | None = None,
+    known_keys: Iterable[PublicKey] = (),
+) -> Artifact:
+    """Resolve, read and verify an artifact. Raises on any integrity or trust failure.
+
+    ``known_keys`` are public keys that are *not* trusted (this store's own keys,
+    say); they are used only to name the signer in an ``UntrustedKeyError``.
+    """
     resolved = resolve(home, target) if isinstance(target, str) else target
     manifest_bytes = home.objects.read(resolved.digest, verify=True)
     envelope = Envelope.from_json_bytes(home.envelopes.get(resolved.digest))
@@ -79,15 +92,11 @@ def open_artifact(home: Home, target: str | Target, *, trust: TrustPolicy | None
     policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
     namespace = namespace_for(home, resolved)
     if namespace == ANY_NAMESPACE:
-        manifest = _verify_any(envelope, policy)
-    else:
-        manifest = verify_envelope(envelope, policy, namespace)
+        # A bare digest that no ref names: only keys trusted for every namespace count.
+        policy = TrustPolicy({ANY_NAMESPACE: policy.keys_for(ANY_NAMESPACE)})
+        namespace = UNNAMED_NAMESPACE
+    manifest = verify_envelope(envelope, policy, namespace, known_keys=known_keys)
     return Artifact(resolved, manifest, envelope)
-
-
-def _verify_any(envelope: Envelope, policy: TrustPolicy) -> Manifest:
-    # A bare digest that no ref names: only keys trusted for every namespace ("*") count.
-    return verify_envelope(envelope, TrustPolicy({ANY_NAMESPACE: policy.keys_for(ANY_NAMESPACE)}), "unnamed")
 
 
 def read_tokens(home: Home, manifest: Manifest) -> list[int]:
