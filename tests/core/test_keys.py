@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import stat
 from pathlib import Path
 
 import pytest
 
 from kvreg.core.errors import KeyFileError, SignatureError
-from kvreg.core.keys import PublicKey, SigningKey, write_file_atomically
+from kvreg.core.keys import PublicKey, SigningKey
 
 # RFC 8032 §7.1, test 1.
 RFC8032_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
@@ -144,16 +143,3 @@ def test_non_ed25519_keys_are_refused() -> None:
         PublicKey.from_pem(pub_pem)
     with pytest.raises(KeyFileError):
         PublicKey(b"\x00" * 31)
-
-
-def test_write_file_atomically(tmp_path: Path) -> None:
-    path = tmp_path / "f.json"
-    write_file_atomically(path, b"one", mode=0o644)
-    assert path.read_bytes() == b"one"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    write_file_atomically(path, b"two")
-    assert path.read_bytes() == b"two"
-    with pytest.raises(FileExistsError):
-        write_file_atomically(path, b"three", overwrite=False)
-    assert path.read_bytes() == b"two"
-    assert sorted(os.listdir(tmp_path)) == ["f.json"]

@@ -16,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import KeyFileError
-from kvreg.core.keys import SigningKey, write_file_atomically
+from kvreg.core.keys import SigningKey
 from kvreg.core.trust import WILDCARD, TrustPolicy
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
@@ -45,7 +46,7 @@ def generate(
     key = SigningKey.generate()
     key.save(path, overwrite=force)
     public = key.public_key
-    write_file_atomically(common.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
+    atomic_write_bytes(common.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
     trusted = False
     if not no_trust:
         policy = TrustPolicy.load(home.trust_path)

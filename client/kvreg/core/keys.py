@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import os
 import shlex
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,55 +29,15 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from kvreg.core.errors import KeyFileError, SignatureError
+from kvreg.core.atomicfile import atomic_write_bytes
+from kvreg.core.errors import KeyFileError, SignatureError, StoreError
 
-__all__ = ["KEY_TEXT_PREFIX", "PublicKey", "SigningKey", "write_file_atomically"]
+__all__ = ["KEY_TEXT_PREFIX", "PublicKey", "SigningKey"]
 
 KEY_TEXT_PREFIX = "ed25519:"
 _RAW_SIZE = 32
 _SIGNATURE_SIZE = 64
 _MAX_KEY_FILE_BYTES = 64 * 1024
-
-
-def write_file_atomically(
-    path: str | Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True
-) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
-
-    A temporary file in the same directory is created with ``mode``, written,
-    fsynced and renamed over ``path``; the directory is fsynced after. With
-    ``overwrite=False`` an existing ``path`` is left alone and ``FileExistsError``
-    is raised.
-    """
-    target = Path(path)
-    directory = target.parent
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    tmp = Path(tmp_name)
-    try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, mode)
-        else:  # pragma: no cover - Windows before Python 3.13
-            tmp.chmod(mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if overwrite:
-            tmp.replace(target)
-        else:
-            # link() fails if the target exists, unlike rename(): no window for a race.
-            os.link(tmp, target)
-            tmp.unlink()
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    if sys.platform != "win32":
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,14 +153,14 @@ class SigningKey:
         """
         target = Path(path)
         try:
-            write_file_atomically(target, self.to_pem(), mode=0o600, overwrite=overwrite)
+            atomic_write_bytes(target, self.to_pem(), mode=0o600, exclusive=not overwrite)
         except FileExistsError as e:
             raise KeyFileError(
                 f"key file {target} already exists; not overwriting it",
                 hint="choose another path, or move the old key away first",
             ) from e
-        except OSError as e:
-            raise KeyFileError(f"cannot write key file {target}: {e.strerror or e}") from e
+        except StoreError as e:
+            raise KeyFileError(f"cannot write key file {target}: {e.message}") from e
 
     @classmethod
     def load(cls, path: str | Path) -> SigningKey:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.canonical import canonical_json, parse_json_object
-from kvreg.core.errors import ConfigError, KeyFileError, KvregError, NotFoundError
-from kvreg.core.keys import PublicKey, write_file_atomically
+from kvreg.core.errors import ConfigError, KeyFileError, KvregError, NotFoundError, StoreError
+from kvreg.core.keys import PublicKey
 from kvreg.core.names import validate_namespace
 
 __all__ = ["POLICY_VERSION", "WILDCARD", "TrustPolicy"]
@@ -155,9 +156,9 @@ class TrustPolicy:
         """Write the policy atomically (mode 0644)."""
         target = Path(path)
         try:
-            write_file_atomically(target, self.to_json_bytes(), mode=0o644)
-        except OSError as e:
-            raise ConfigError(f"cannot write trust policy {target}: {e.strerror or e}") from e
+            atomic_write_bytes(target, self.to_json_bytes(), mode=0o644)
+        except StoreError as e:
+            raise ConfigError(f"cannot write trust policy {target}: {e.message}") from e
 
     def __repr__(self) -> str:
         counts = {p: len(k) for p, k in sorted(self._entries.items())}

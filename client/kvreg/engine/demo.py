@@ -18,8 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import FingerprintMismatchError, KvregError
-from kvreg.core.keys import SigningKey, write_file_atomically
+from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import WILDCARD, TrustPolicy
 from kvreg.engine.check import check_graft, recompute_artifact
@@ -108,7 +109,7 @@ def run_demo(workdir: str | Path, *, threads: int = 2, progress: Progress | None
     home = Home(work / "home").ensure()
     key = SigningKey.generate()
     key.save(home.keys_dir / "default.key")
-    write_file_atomically(home.keys_dir / "default.pub", (key.public_key.to_text() + "\n").encode("ascii"))
+    atomic_write_bytes(home.keys_dir / "default.pub", (key.public_key.to_text() + "\n").encode("ascii"))
     policy = TrustPolicy()
     policy.allow(WILDCARD, key.public_key)
     policy.save(home.trust_path)

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.canonical import canonical_json
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError
 from kvreg.core.safetensors_header import read_header
-from kvreg.store.atomic import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,11 @@ def normalized_json(value: object) -> bytes:
     is often 1e30), which canonical JSON rejects. Sorted keys, no whitespace,
     UTF-8, Python's shortest round-trip float repr — stable across platforms.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
 _READ = 1 << 22
 
 
@@ -131,7 +135,9 @@ def load_config_json(model_dir: Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise ModelError(f"{model_dir} has no config.json", hint="MODEL must be a Hugging Face model directory") from None
+        raise ModelError(
+            f"{model_dir} has no config.json", hint="MODEL must be a Hugging Face model directory"
+        ) from None
     except ValueError as e:
         raise ModelError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(config, dict):
@@ -162,7 +168,9 @@ def tokenizer_fingerprint(model_dir: Path) -> Digest:
                 raise ModelError(f"{path} is not valid JSON: {e}") from None
         files[name] = str(Digest.of_bytes(data))
     if not files:
-        raise ModelError(f"no tokenizer files in {model_dir}", hint=f"expected one of: {', '.join(TOKENIZER_FILES)}")
+        raise ModelError(
+            f"no tokenizer files in {model_dir}", hint=f"expected one of: {', '.join(TOKENIZER_FILES)}"
+        )
     return Digest.of_bytes(canonical_json({"format": "kvreg.tokenizer/v1", "files": files}))
 
 

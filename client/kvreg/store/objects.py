@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from kvreg.core.atomicfile import finish, fsync_dir, install, temp_file
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreError
-from kvreg.store.atomic import finish, fsync_dir, install, temp_file
 
 log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
+from kvreg.core.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
     InvalidNameError,
@@ -43,7 +44,6 @@ from kvreg.core.errors import (
     RefNotFoundError,
     StoreError,
 )
-from kvreg.store.atomic import append_durable, atomic_write_bytes, fsync_dir
 
 if TYPE_CHECKING:
     from kvreg.core.names import RefName

@@ -5,9 +5,9 @@ import stat
 
 import pytest
 
+from kvreg.core import atomicfile as atomic
+from kvreg.core.atomicfile import append_durable, atomic_write_bytes
 from kvreg.core.errors import StoreError
-from kvreg.store import atomic
-from kvreg.store.atomic import append_durable, atomic_write_bytes
 
 
 def test_write_read_only_by_default(tmp_path):
@@ -53,3 +53,16 @@ def test_append_durable(tmp_path):
     append_durable(p, b"a\n")
     append_durable(p, b"b\n")
     assert p.read_bytes() == b"a\nb\n"
+
+
+def test_exclusive_writes_never_replace(tmp_path):
+    path = tmp_path / "f.json"
+    atomic_write_bytes(path, b"one", mode=0o644)
+    assert path.read_bytes() == b"one"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    atomic_write_bytes(path, b"two", mode=0o644)
+    assert path.read_bytes() == b"two"
+    with pytest.raises(FileExistsError):
+        atomic_write_bytes(path, b"three", exclusive=True)
+    assert path.read_bytes() == b"two"
+    assert sorted(os.listdir(tmp_path)) == ["f.json"]

@@ -1,7 +1,8 @@
 """Crash-safe file writes: temp file, fsync, chmod, rename, fsync the directory.
 
-Every write into the local store goes through this module, so that a crash (power
-loss, kill -9, an exception half-way) leaves either the old file or the new file,
+Every file kvreg writes (store objects, refs, envelopes, keys, the trust policy,
+caches) goes through this module, so that a crash (power loss, kill -9, an
+exception half-way) leaves either the old file or the new file,
 and at worst a ``*.incomplete`` temp file that ``gc`` removes later: never a
 half-written file under a name that readers trust. The pattern is the one of
 huggingface_hub's downloads (``*.incomplete`` then atomic rename).
@@ -18,6 +19,7 @@ verify digests before they call :func:`install` or :func:`atomic_write_bytes`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import tempfile
@@ -108,13 +110,16 @@ def atomic_write_bytes(
     *,
     mode: int = READ_ONLY,
     tmp_dir: str | os.PathLike[str] | None = None,
+    exclusive: bool = False,
 ) -> None:
     """Write ``data`` to ``path`` so that readers see either the old or the new file.
 
     Writes a temp file in ``tmp_dir`` (which must be on the same filesystem as
     ``path``) or, by default, in ``path``'s own folder; fsyncs it, sets ``mode``
     (read-only by default), renames it over ``path`` and fsyncs the folder.
-    Raises ``StoreError`` if the file cannot be written.
+    With ``exclusive=True`` an existing file is never replaced: ``FileExistsError``
+    is raised and nothing changes (key files use this). Raises ``StoreError`` if the
+    file cannot be written.
     """
     final = Path(path)
     try:
@@ -123,9 +128,11 @@ def atomic_write_bytes(
         with temp_file(where, prefix=f".{final.name}.") as (f, tmp):
             f.write(data)
             finish(f)
-            install(tmp, final, mode=mode)
+            installed = install(tmp, final, mode=mode, exclusive=exclusive)
     except OSError as exc:
         raise StoreError(f"cannot write {final}: {exc}", path=str(final)) from exc
+    if not installed:
+        raise FileExistsError(errno.EEXIST, "file exists; not replacing it", str(final))
 
 
 def append_durable(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
