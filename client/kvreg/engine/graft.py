@@ -20,12 +20,17 @@ and does not compare against a fresh run (``kvreg.engine.check``).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import os
+import struct
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
@@ -166,42 +171,118 @@ class LoadedChunks:
 def read_chunks(
     home: Home, manifest: Manifest, count: int, *, verify: bool = True, threads: int = 2
 ) -> LoadedChunks:
-    """Read the first ``count`` chunks into memory, re-hashing each unless ``verify`` is off."""
-    entries = manifest.chunks[:count]
+    """Read the first ``count`` chunks into memory, re-hashing each unless ``verify`` is off.
 
-    def load(entry: ChunkEntry) -> bytearray:
+    The KV is read once, straight from the file into its final place: one
+    ``[kv_heads, tokens, head_dim]`` tensor per layer and kind, allocated here,
+    which ``cache_from_blocks`` then uses as it is (``keys[b][l]`` and
+    ``values[b][l]`` are views of those tensors). Per chunk, in a pool of
+    ``threads`` worker threads: read the header, check it strictly against the
+    manifest's layout (``parse_chunk`` on a scratch buffer of the chunk's size that
+    holds the header; its views give each tensor's offset), then read the data
+    section tensor by tensor with ``preadv`` into the rows of the destination
+    tensors and, with ``verify``, feed every byte of the file, header first and in
+    file order, to SHA-256 right after it was read. File reads and hashlib release
+    the GIL, so the threads hash in parallel. Every byte of a destination tensor
+    is written by exactly one read: the header check guarantees that the tensors
+    tile the data section with no gap or overlap.
+    """
+    entries = manifest.chunks[:count]
+    if not entries:
+        return LoadedChunks([], [], 0, verify)
+    m = manifest.model
+    dtype = DTYPES[m.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    first, total = entries[0].start, entries[-1].end
+    for before, after in itertools.pairwise(entries):
+        if after.start != before.end:
+            raise IntegrityError(f"chunk {after.index} does not start where chunk {before.index} ends")
+    tokens, heads, dim = total - first, m.kv_heads, m.head_dim
+    # numpy's empty() does not touch the memory; torch.empty() would fill it (deterministic mode).
+    arrays = [np.empty((heads, tokens, dim), dtype=raw) for _ in range(2 * m.num_layers)]
+    rows = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]  # 0: layer 0 key, 1: its value, ...
+    largest = max(entry.size for entry in entries)
+    iov_max = max(1, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+    local = threading.local()
+
+    def load(entry: ChunkEntry) -> int:
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = np.empty(largest, dtype=np.uint8)  # never touched beyond the header
         path = home.objects.path(entry.digest)
-        buf = bytearray(entry.size)
         try:
-            with path.open("rb") as f:
-                n = f.readinto(buf)
-                extra = f.read(1)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except FileNotFoundError:
             raise IntegrityError(
                 f"chunk {entry.index} ({entry.digest.short()}) is missing from the store",
                 hint="pull the artifact again or run: kvreg fsck",
             ) from None
-        if n != entry.size or extra:
-            raise ChunkInvalidError(
-                f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
-            )
-        if verify:
-            actual = hashlib.sha256(buf).hexdigest()
-            if actual != entry.digest.hex:
-                raise DigestMismatchError(
-                    f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
-                    hint="the local copy is corrupt; run: kvreg fsck",
+        try:
+            if os.fstat(fd).st_size != entry.size:
+                raise ChunkInvalidError(
+                    f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
                 )
-        return buf
+            prefix = os.pread(fd, min(8, entry.size), 0)
+            header_len = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
+            prefix += os.pread(fd, max(0, min(header_len, entry.size - len(prefix))), len(prefix))
+            view = memoryview(scratch)[: entry.size]
+            view[: len(prefix)] = prefix
+            keys, values = parse_chunk(view, chunk_layout_of(manifest, entry))  # strict; views of scratch
+            base = int(torch.frombuffer(view, dtype=torch.uint8, count=1).data_ptr())
+            offsets = sorted(
+                (int(t.data_ptr()) - base, 2 * layer + kind, int(t.numel()) * itemsize)
+                for layer in range(m.num_layers)
+                for kind, t in ((0, keys[layer]), (1, values[layer]))
+            )
+            del keys, values
+            digest = hashlib.sha256(prefix) if verify else None
+            a, b = entry.start - first, entry.end - first
+            row = (b - a) * dim * itemsize
+            position = len(prefix)
+            for offset, index, nbytes in offsets:
+                if offset != position or nbytes != heads * row:  # guaranteed by parse_chunk; checked anyway
+                    raise ChunkInvalidError(f"chunk {entry.index} tensors do not tile its data section")
+                dest = rows[index]
+                segments = [dest[(h * tokens + a) * dim * itemsize :][:row] for h in range(heads)]
+                pending = segments
+                while pending:
+                    got = os.preadv(fd, pending[:iov_max], position)
+                    if got <= 0:
+                        raise ChunkInvalidError(f"chunk {entry.index} ended early while reading it")
+                    position += got
+                    while got:  # drop what was filled, keep the rest of a partly filled segment
+                        if got >= len(pending[0]):
+                            got -= len(pending[0])
+                            pending = pending[1:]
+                        else:
+                            pending = [pending[0][got:], *pending[1:]]
+                            got = 0
+                if digest is not None:
+                    for segment in segments:
+                        digest.update(segment)
+            if position != entry.size:
+                raise ChunkInvalidError(f"chunk {entry.index} tensors do not cover its data section")
+        finally:
+            os.close(fd)
+        actual = digest.hexdigest() if digest is not None else entry.digest.hex
+        if actual != entry.digest.hex:
+            raise DigestMismatchError(
+                f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
+                hint="the local copy is corrupt; run: kvreg fsck",
+            )
+        return entry.size
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        buffers = list(pool.map(load, entries))
-    keys, values = [], []
-    for entry, buf in zip(entries, buffers, strict=True):
-        k, v = parse_chunk(buf, chunk_layout_of(manifest, entry))
-        keys.append(k)
-        values.append(v)
-    return LoadedChunks(keys, values, sum(len(b) for b in buffers), verify, buffers)
+        sizes = list(pool.map(load, entries))
+    full = [torch.from_numpy(a).view(dtype) for a in arrays]
+    keys_out: list[list[torch.Tensor]] = []
+    values_out: list[list[torch.Tensor]] = []
+    for entry in entries:
+        a, b = entry.start - first, entry.end - first
+        keys_out.append([full[2 * layer][:, a:b, :] for layer in range(m.num_layers)])
+        values_out.append([full[2 * layer + 1][:, a:b, :] for layer in range(m.num_layers)])
+    return LoadedChunks(keys_out, values_out, sum(sizes), verify)
 
 
 def read_witness_logits(home: Home, manifest: Manifest) -> torch.Tensor:

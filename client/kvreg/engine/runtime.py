@@ -153,7 +153,32 @@ def cache_from_blocks(
     ``keys[b][l]`` is block ``b``, layer ``l``. Full-attention layers get every
     position; sliding-window layers get the last ``window - 1`` positions and the
     true absolute length, exactly the state a plain prefill leaves behind.
+
+    Blocks that already lie side by side in one contiguous tensor (as
+    ``graft.read_chunks`` returns them) are used as that tensor, without a copy;
+    any other blocks are concatenated. Both give the same bytes.
     """
+
+    def joined(parts: list[torch.Tensor]) -> torch.Tensor:
+        head = parts[0]
+        heads, _, dim = head.shape
+        n = sum(int(p.shape[1]) for p in parts)
+        storage = head.untyped_storage().data_ptr()
+        expected = head.data_ptr()
+        for part in parts:
+            if (
+                part.dtype != head.dtype
+                or part.device != head.device
+                or part.stride() != (n * dim, dim, 1)
+                or part.shape[0] != heads
+                or part.shape[2] != dim
+                or part.data_ptr() != expected
+                or part.untyped_storage().data_ptr() != storage
+            ):
+                return torch.cat(parts, dim=1)
+            expected += int(part.shape[1]) * dim * part.element_size()
+        return head.as_strided((heads, n, dim), (n * dim, dim, 1))
+
     cache = new_cache(lm)
     for index, layer in enumerate(cache.layers):
         k_parts = [block[index] for block in keys]
@@ -161,8 +186,8 @@ def cache_from_blocks(
         if isinstance(layer, DynamicSlidingWindowLayer):
             keep = layer.sliding_window - 1
             k_parts, v_parts = _tail(k_parts, keep), _tail(v_parts, keep)
-        k = torch.cat(k_parts, dim=1).unsqueeze(0).to(lm.device)
-        v = torch.cat(v_parts, dim=1).unsqueeze(0).to(lm.device)
+        k = joined(k_parts).unsqueeze(0).to(lm.device)
+        v = joined(v_parts).unsqueeze(0).to(lm.device)
         layer.lazy_initialization(k, v)
         layer.keys, layer.values = k, v
         if isinstance(layer, DynamicSlidingWindowLayer):
