@@ -49,7 +49,9 @@ class ComputedArtifact:
 
 def chunk_layout(lm: LoadedModel, start: int, end: int) -> ChunkLayout:
     info = lm.info
-    return ChunkLayout(start, end, info["num_layers"], info["kv_heads"], info["head_dim"], lm.config.torch_dtype)
+    return ChunkLayout(
+        start, end, info["num_layers"], info["kv_heads"], info["head_dim"], lm.config.torch_dtype
+    )
 
 
 def tokenize(lm: LoadedModel, text: str, prompt: str | None) -> tuple[list[int], int | None]:
@@ -60,13 +62,17 @@ def tokenize(lm: LoadedModel, text: str, prompt: str | None) -> tuple[list[int],
     return prompt_tokens + lm.encode(text, first=False), len(prompt_tokens)
 
 
-def compute_artifact(lm: LoadedModel, tokens: list[int], prompt_token_count: int | None = None) -> ComputedArtifact:
+def compute_artifact(
+    lm: LoadedModel, tokens: list[int], prompt_token_count: int | None = None
+) -> ComputedArtifact:
     """Prefill ``tokens`` on the grid and serialize every block; no I/O."""
     if not tokens:
         raise UsageError("nothing to deposit: the text has no tokens")
     max_positions = getattr(lm.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
     if max_positions and len(tokens) > max_positions:
-        raise UsageError(f"the text has {len(tokens)} tokens, more than the model's {max_positions} positions")
+        raise UsageError(
+            f"the text has {len(tokens)} tokens, more than the model's {max_positions} positions"
+        )
     started = time.perf_counter()
     cache = new_cache(lm)
     logits, blocks = prefill(lm, cache, tokens, 0, capture=True)
@@ -78,7 +84,9 @@ def compute_artifact(lm: LoadedModel, tokens: list[int], prompt_token_count: int
     for index, (block, key) in enumerate(zip(blocks, keys, strict=True)):
         layout = chunk_layout(lm, block.start, block.end)
         if block.keys[0].shape != (layout.kv_heads, layout.n_tokens, layout.head_dim):
-            raise UsageError(f"captured KV shape {tuple(block.keys[0].shape)} does not match the model config")
+            raise UsageError(
+                f"captured KV shape {tuple(block.keys[0].shape)} does not match the model config"
+            )
         data = serialize_chunk(layout, block.keys, block.values)
         digest = Digest.of_bytes(data)
         chunk_bytes[digest] = data
@@ -197,5 +205,11 @@ def deposit(
     new_chunks = sum(1 for d in computed.chunk_bytes if not home.objects.has(d))
     envelope = sign_envelope(manifest.raw_bytes, key)
     write = store_artifact(home, objects, manifest, envelope, ref, expected=expected)
-    log.info("deposited %s: %d tokens, %d chunks (%d new)", manifest.digest, len(tokens), len(computed.chunks), new_chunks)
+    log.info(
+        "deposited %s: %d tokens, %d chunks (%d new)",
+        manifest.digest,
+        len(tokens),
+        len(computed.chunks),
+        new_chunks,
+    )
     return DepositResult(ref, manifest, write, computed.prefill_seconds, new_chunks)

@@ -52,7 +52,6 @@ PORTABLE_ENV: Mapping[str, str] = {
 CUDA_DETERMINISM_ENV: Mapping[str, str] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
-
 def parse_profile(value: str) -> Profile:
     if value not in PROFILES:
         raise ConfigError(f"unknown numerics profile {value!r}", hint=f"choose one of: {', '.join(PROFILES)}")
@@ -75,7 +74,9 @@ def missing_environment(
     return {k: v for k, v in required_environment(profile, cuda=cuda).items() if environ.get(k) != v}
 
 
-def numerics_environment(*, cuda: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+def numerics_environment(
+    *, cuda: bool = False, environ: Mapping[str, str] | None = None
+) -> dict[str, str | None]:
     """The current values of the numerics-relevant variables of a device (None when unset)."""
     environ = os.environ if environ is None else environ
     return {k: environ.get(k) for k in (CUDA_ENV_VARS if cuda else CPU_ENV_VARS)}

@@ -102,7 +102,10 @@ def load_model(
         )
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
-        raise ModelError(f"cannot load the model in {path}: {e}") from e
+        hint = None
+        if settings.attn_implementation != "eager" and "eager" in str(e):
+            hint = "this architecture needs eager attention: pass --attn eager"
+        raise ModelError(f"cannot load the model in {path}: {e}", hint=hint) from e
     model.to(config.device)
     model.eval()
     info = model_info(model, path.resolve().name, settings.dtype)

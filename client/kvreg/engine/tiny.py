@@ -136,7 +136,9 @@ def build_model_dir(
     tokenizer = build_tokenizer(vocab_size)
     config = tiny_config(arch, vocab_size=len(tokenizer), **config_kwargs)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype={"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype])
+    model = AutoModelForCausalLM.from_config(
+        config, dtype={"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    )
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out
