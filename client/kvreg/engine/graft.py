@@ -23,7 +23,6 @@ import hashlib
 import itertools
 import logging
 import os
-import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -173,19 +172,17 @@ def read_chunks(
 ) -> LoadedChunks:
     """Read the first ``count`` chunks into memory, re-hashing each unless ``verify`` is off.
 
-    The KV is read once, straight from the file into its final place: one
-    ``[kv_heads, tokens, head_dim]`` tensor per layer and kind, allocated here,
-    which ``cache_from_blocks`` then uses as it is (``keys[b][l]`` and
-    ``values[b][l]`` are views of those tensors). Per chunk, in a pool of
-    ``threads`` worker threads: read the header, check it strictly against the
-    manifest's layout (``parse_chunk`` on a scratch buffer of the chunk's size that
-    holds the header; its views give each tensor's offset), then read the data
-    section tensor by tensor with ``preadv`` into the rows of the destination
-    tensors and, with ``verify``, feed every byte of the file, header first and in
-    file order, to SHA-256 right after it was read. File reads and hashlib release
-    the GIL, so the threads hash in parallel. Every byte of a destination tensor
-    is written by exactly one read: the header check guarantees that the tensors
-    tile the data section with no gap or overlap.
+    The KV lands in one ``[kv_heads, tokens, head_dim]`` tensor per layer and
+    kind, allocated here; ``keys[b][l]`` and ``values[b][l]`` are views of those
+    tensors, so ``cache_from_blocks`` uses them as they are, without
+    concatenating. Each of ``threads`` worker threads takes whole chunks: it
+    reads the file with one call into its own scratch buffer (reused from chunk
+    to chunk, so it stays warm), hashes those bytes in one call, parses them
+    strictly against the manifest's layout (``parse_chunk``), and copies every
+    tensor into its rows of the destination. File reads, hashlib and numpy's copy
+    release the GIL, so the threads really run in parallel. The destination is
+    allocated with numpy: ``torch.empty`` would first fill it with NaN
+    (deterministic mode), one more pass over all of the KV.
     """
     entries = manifest.chunks[:count]
     if not entries:
@@ -193,23 +190,23 @@ def read_chunks(
     m = manifest.model
     dtype = DTYPES[m.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
-    raw = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    raw_np = {1: np.uint8, 2: np.uint16, 4: np.uint32}[itemsize]
+    raw_torch = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[itemsize]
     first, total = entries[0].start, entries[-1].end
     for before, after in itertools.pairwise(entries):
         if after.start != before.end:
             raise IntegrityError(f"chunk {after.index} does not start where chunk {before.index} ends")
-    tokens, heads, dim = total - first, m.kv_heads, m.head_dim
-    # numpy's empty() does not touch the memory; torch.empty() would fill it (deterministic mode).
-    arrays = [np.empty((heads, tokens, dim), dtype=raw) for _ in range(2 * m.num_layers)]
-    rows = [memoryview(a.reshape(-1).view(np.uint8)) for a in arrays]  # 0: layer 0 key, 1: its value, ...
+    shape = (m.kv_heads, total - first, m.head_dim)
+    key_arrays = [np.empty(shape, dtype=raw_np) for _ in range(m.num_layers)]
+    value_arrays = [np.empty(shape, dtype=raw_np) for _ in range(m.num_layers)]
     largest = max(entry.size for entry in entries)
-    iov_max = max(1, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
     local = threading.local()
 
     def load(entry: ChunkEntry) -> int:
-        scratch = getattr(local, "scratch", None)
+        scratch: np.ndarray | None = getattr(local, "scratch", None)
         if scratch is None:
-            scratch = local.scratch = np.empty(largest, dtype=np.uint8)  # never touched beyond the header
+            scratch = local.scratch = np.empty(largest, dtype=np.uint8)
+        data = memoryview(scratch)[: entry.size]
         path = home.objects.path(entry.digest)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
@@ -223,65 +220,40 @@ def read_chunks(
                 raise ChunkInvalidError(
                     f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
                 )
-            prefix = os.pread(fd, min(8, entry.size), 0)
-            header_len = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
-            prefix += os.pread(fd, max(0, min(header_len, entry.size - len(prefix))), len(prefix))
-            view = memoryview(scratch)[: entry.size]
-            view[: len(prefix)] = prefix
-            keys, values = parse_chunk(view, chunk_layout_of(manifest, entry))  # strict; views of scratch
-            base = int(torch.frombuffer(view, dtype=torch.uint8, count=1).data_ptr())
-            offsets = sorted(
-                (int(t.data_ptr()) - base, 2 * layer + kind, int(t.numel()) * itemsize)
-                for layer in range(m.num_layers)
-                for kind, t in ((0, keys[layer]), (1, values[layer]))
-            )
-            del keys, values
-            digest = hashlib.sha256(prefix) if verify else None
-            a, b = entry.start - first, entry.end - first
-            row = (b - a) * dim * itemsize
-            position = len(prefix)
-            for offset, index, nbytes in offsets:
-                if offset != position or nbytes != heads * row:  # guaranteed by parse_chunk; checked anyway
-                    raise ChunkInvalidError(f"chunk {entry.index} tensors do not tile its data section")
-                dest = rows[index]
-                segments = [dest[(h * tokens + a) * dim * itemsize :][:row] for h in range(heads)]
-                pending = segments
-                while pending:
-                    got = os.preadv(fd, pending[:iov_max], position)
-                    if got <= 0:
-                        raise ChunkInvalidError(f"chunk {entry.index} ended early while reading it")
-                    position += got
-                    while got:  # drop what was filled, keep the rest of a partly filled segment
-                        if got >= len(pending[0]):
-                            got -= len(pending[0])
-                            pending = pending[1:]
-                        else:
-                            pending = [pending[0][got:], *pending[1:]]
-                            got = 0
-                if digest is not None:
-                    for segment in segments:
-                        digest.update(segment)
-            if position != entry.size:
-                raise ChunkInvalidError(f"chunk {entry.index} tensors do not cover its data section")
+            n = 0
+            while n < entry.size:
+                got = os.preadv(fd, [data[n:]], n)
+                if got <= 0:
+                    raise ChunkInvalidError(
+                        f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
+                    )
+                n += got
         finally:
             os.close(fd)
-        actual = digest.hexdigest() if digest is not None else entry.digest.hex
-        if actual != entry.digest.hex:
-            raise DigestMismatchError(
-                f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
-                hint="the local copy is corrupt; run: kvreg fsck",
-            )
+        if verify:
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != entry.digest.hex:
+                raise DigestMismatchError(
+                    f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
+                    hint="the local copy is corrupt; run: kvreg fsck",
+                )
+        keys, values = parse_chunk(data, chunk_layout_of(manifest, entry))  # views of the scratch buffer
+        a, b = entry.start - first, entry.end - first
+        for layer in range(m.num_layers):
+            np.copyto(key_arrays[layer][:, a:b, :], keys[layer].view(raw_torch).numpy())
+            np.copyto(value_arrays[layer][:, a:b, :], values[layer].view(raw_torch).numpy())
         return entry.size
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         sizes = list(pool.map(load, entries))
-    full = [torch.from_numpy(a).view(dtype) for a in arrays]
+    full_keys = [torch.from_numpy(x).view(dtype) for x in key_arrays]
+    full_values = [torch.from_numpy(x).view(dtype) for x in value_arrays]
     keys_out: list[list[torch.Tensor]] = []
     values_out: list[list[torch.Tensor]] = []
     for entry in entries:
         a, b = entry.start - first, entry.end - first
-        keys_out.append([full[2 * layer][:, a:b, :] for layer in range(m.num_layers)])
-        values_out.append([full[2 * layer + 1][:, a:b, :] for layer in range(m.num_layers)])
+        keys_out.append([t[:, a:b, :] for t in full_keys])
+        values_out.append([t[:, a:b, :] for t in full_values])
     return LoadedChunks(keys_out, values_out, sum(sizes), verify)
 
 
