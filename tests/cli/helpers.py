@@ -11,16 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# > 3 blocks of 16 tokens and longer than the tiny models' sliding window (24).
-QUESTION = (
-    "Problem 7. Find the number of ordered pairs of positive integers (a, b) such that a + b = 1000 "
-    "and neither a nor b has a zero digit."
-)
-SOLUTION = (
-    " Solution: count the numbers from 1 to 999 without a zero digit, then subtract the pairs whose "
-    "partner contains a zero. Step 1: one-digit numbers contribute 9. Step 2: two-digit numbers without "
-    "zero contribute 81. Step 3: three-digit numbers contribute 729. The answer is 738."
-)
+from kvreg.engine.demo import QUESTION, SOLUTION
+
+# The demo's texts: > 3 blocks of 16 tokens and longer than the tiny models' sliding window (24).
 TEXT = QUESTION + SOLUTION
 EXTENSION = " Check: an exhaustive checker enumerated every pair and counted 738 of them. Verified: pass."
 SUFFIX = " Now the same question for a + b = 2000: Step 1:"

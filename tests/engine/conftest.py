@@ -9,15 +9,12 @@ import pytest
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.config import EngineSettings
+from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.engine.tiny import build_model_dir
 from kvreg.store.home import Home
 
-TEXT = (
-    "Problem 7. Find the number of ordered pairs of positive integers (a, b) such that a + b = 1000 "
-    "and neither a nor b has a zero digit. Solution: count the numbers without a zero digit. "
-    "The answer is 738."
-)
+TEXT = QUESTION + SOLUTION
 
 
 @pytest.fixture(scope="session")
