@@ -149,3 +149,24 @@ def test_a_flipped_bit_is_caught_unless_the_store_is_trusted(
     path.write_bytes(bytes(data))
     with pytest.raises(DigestMismatchError, match="chunk 0"):
         graft.graft(llama, home, artifact.manifest, tokens)
+
+
+def test_grafted_layers_hold_exactly_the_chunk_bytes(llama: LoadedModel, home: Home, key: SigningKey) -> None:
+    """The deferred concatenation gives the bytes a plain cache would hold, on read and on update."""
+    import torch
+
+    from kvreg.engine.runtime import DeferredConcatLayer, cache_from_blocks
+
+    _deposit(llama, home, key)
+    artifact = open_artifact(home, str(REF))
+    chunks = graft.read_chunks(home, artifact.manifest, len(artifact.manifest.chunks))
+    length = artifact.manifest.token_count
+    cache = cache_from_blocks(llama, chunks.keys, chunks.values, length)
+    layer = cache.layers[0]
+    assert isinstance(layer, DeferredConcatLayer) and layer.get_seq_length() == length
+    expected = torch.cat([block[0] for block in chunks.keys], dim=1).unsqueeze(0)
+    assert torch.equal(layer.keys.view(torch.uint8), expected.view(torch.uint8))
+    other = cache_from_blocks(llama, chunks.keys, chunks.values, length).layers[0]
+    new = torch.ones(1, expected.shape[1], 1, expected.shape[3])
+    updated, _ = other.update(new, new)
+    assert torch.equal(updated, torch.cat([expected, new], dim=2)) and other.get_seq_length() == length + 1

@@ -16,7 +16,6 @@ Writing is left to the ``safetensors`` package (``kvreg.engine.chunks``).
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,27 +130,35 @@ def parse_header(
     return Header(header_size=n, metadata=metadata, tensors={t.name: t for t in tensors})
 
 
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
+_MAX_DIM = 1 << 40
+_MAX_OFFSET = 1 << 50
+
+
 def _tensor_info(name: str, entry: object, error: type[KvregError]) -> TensorInfo:
-    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+    # Plain loops rather than all(...) generators: this runs for every tensor of
+    # every chunk a graft reads.
+    if type(entry) is not dict or entry.keys() != _ENTRY_KEYS:
         raise error(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPE_SIZES:
+    size = DTYPE_SIZES.get(dtype) if type(dtype) is str else None
+    if size is None:
         raise error(f"tensor {name!r}: unknown dtype {dtype!r}")
-    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
+    if type(shape) is not list:
         raise error(f"tensor {name!r}: shape must be a list of non-negative integers")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(type(o) is int and 0 <= o < 1 << 50 for o in offsets)
-        or offsets[0] > offsets[1]
-    ):
+    nbytes = size
+    for d in shape:
+        if type(d) is not int or not 0 <= d < _MAX_DIM:
+            raise error(f"tensor {name!r}: shape must be a list of non-negative integers")
+        nbytes *= d
+    if type(offsets) is not list or len(offsets) != 2:
         raise error(f"tensor {name!r}: data_offsets must be two ordered non-negative integers")
-    nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
-    if offsets[1] - offsets[0] != nbytes:
-        raise error(
-            f"tensor {name!r}: {offsets[1] - offsets[0]} bytes do not fit dtype {dtype} shape {shape}"
-        )
-    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=offsets[0], end=offsets[1])
+    begin, end = offsets
+    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end < _MAX_OFFSET:
+        raise error(f"tensor {name!r}: data_offsets must be two ordered non-negative integers")
+    if end - begin != nbytes:
+        raise error(f"tensor {name!r}: {end - begin} bytes do not fit dtype {dtype} shape {shape}")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), begin=begin, end=end)
 
 
 def read_header(

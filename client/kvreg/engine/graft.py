@@ -22,14 +22,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import mmap
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from transformers.cache_utils import DynamicCache
 
@@ -160,101 +159,83 @@ def chunk_layout_of(manifest: Manifest, entry: ChunkEntry) -> ChunkLayout:
 
 @dataclass
 class LoadedChunks:
-    keys: list[list[torch.Tensor]]
+    keys: list[list[torch.Tensor]]  # keys[b][l]: block b, layer l, [kv_heads, n, head_dim]
     values: list[list[torch.Tensor]]
     bytes_read: int
     verified: bool
-    buffers: list[bytearray] = field(repr=False, default_factory=list)
+    buffers: list[mmap.mmap] = field(repr=False, default_factory=list)
 
 
 def read_chunks(
     home: Home, manifest: Manifest, count: int, *, verify: bool = True, threads: int = 2
 ) -> LoadedChunks:
-    """Read the first ``count`` chunks into memory, re-hashing each unless ``verify`` is off.
+    """Map the first ``count`` chunks, re-hash each unless ``verify`` is off, parse strictly.
 
-    The KV lands in one ``[kv_heads, tokens, head_dim]`` tensor per layer and
-    kind, allocated here; ``keys[b][l]`` and ``values[b][l]`` are views of those
-    tensors, so ``cache_from_blocks`` uses them as they are, without
-    concatenating. Each of ``threads`` worker threads takes whole chunks: it
-    reads the file with one call into its own scratch buffer (reused from chunk
-    to chunk, so it stays warm), hashes those bytes in one call, parses them
-    strictly against the manifest's layout (``parse_chunk``), and copies every
-    tensor into its rows of the destination. File reads, hashlib and numpy's copy
-    release the GIL, so the threads really run in parallel. The destination is
-    allocated with numpy: ``torch.empty`` would first fill it with NaN
-    (deterministic mode), one more pass over all of the KV.
+    Each chunk file is memory-mapped copy-on-write (``ACCESS_COPY``: the process
+    can never write the read-only store file) and its tensors are zero-copy views
+    of the mapping, which stays alive with them. With ``verify`` every mapped byte
+    is hashed — the very pages the tensors then read — by a pool of ``threads``
+    threads (hashlib releases the GIL), while this thread checks each header
+    against the manifest (``parse_chunk``, strict, before any view is made); no
+    tensor is handed out before every digest has matched. The bytes are copied
+    once, by the first forward pass (``runtime.DeferredConcatLayer``).
     """
     entries = manifest.chunks[:count]
-    if not entries:
-        return LoadedChunks([], [], 0, verify)
-    m = manifest.model
-    dtype = DTYPES[m.dtype]
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    raw_np = {1: np.uint8, 2: np.uint16, 4: np.uint32}[itemsize]
-    raw_torch = {1: torch.uint8, 2: torch.uint16, 4: torch.uint32}[itemsize]
-    first, total = entries[0].start, entries[-1].end
     for before, after in itertools.pairwise(entries):
         if after.start != before.end:
             raise IntegrityError(f"chunk {after.index} does not start where chunk {before.index} ends")
-    shape = (m.kv_heads, total - first, m.head_dim)
-    key_arrays = [np.empty(shape, dtype=raw_np) for _ in range(m.num_layers)]
-    value_arrays = [np.empty(shape, dtype=raw_np) for _ in range(m.num_layers)]
-    largest = max(entry.size for entry in entries)
-    local = threading.local()
-
-    def load(entry: ChunkEntry) -> int:
-        scratch: np.ndarray | None = getattr(local, "scratch", None)
-        if scratch is None:
-            scratch = local.scratch = np.empty(largest, dtype=np.uint8)
-        data = memoryview(scratch)[: entry.size]
-        path = home.objects.path(entry.digest)
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
-            raise IntegrityError(
-                f"chunk {entry.index} ({entry.digest.short()}) is missing from the store",
-                hint="pull the artifact again or run: kvreg fsck",
-            ) from None
-        try:
-            if os.fstat(fd).st_size != entry.size:
-                raise ChunkInvalidError(
-                    f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
-                )
-            n = 0
-            while n < entry.size:
-                got = os.preadv(fd, [data[n:]], n)
-                if got <= 0:
-                    raise ChunkInvalidError(
-                        f"chunk {entry.index} has another size than the manifest's {entry.size} bytes"
+    mapped: list[mmap.mmap] = []
+    parsed: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+    if verify:
+        # Worker threads map (pre-faulting the pages) and hash, without the GIL;
+        # this thread parses each chunk once its digest has matched.
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            futures = [pool.submit(_map_and_hash, home, entry) for entry in entries]
+            for entry, future in zip(entries, futures, strict=True):
+                m, actual = future.result()
+                if actual != entry.digest.hex:
+                    for f in futures:
+                        f.cancel()
+                    raise DigestMismatchError(
+                        f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
+                        hint="the local copy is corrupt; run: kvreg fsck",
                     )
-                n += got
-        finally:
-            os.close(fd)
-        if verify:
-            actual = hashlib.sha256(data).hexdigest()
-            if actual != entry.digest.hex:
-                raise DigestMismatchError(
-                    f"chunk {entry.index} hashes to sha256:{actual}, the manifest says {entry.digest}",
-                    hint="the local copy is corrupt; run: kvreg fsck",
-                )
-        keys, values = parse_chunk(data, chunk_layout_of(manifest, entry))  # views of the scratch buffer
-        a, b = entry.start - first, entry.end - first
-        for layer in range(m.num_layers):
-            np.copyto(key_arrays[layer][:, a:b, :], keys[layer].view(raw_torch).numpy())
-            np.copyto(value_arrays[layer][:, a:b, :], values[layer].view(raw_torch).numpy())
-        return entry.size
+                mapped.append(m)
+                parsed.append(parse_chunk(m, chunk_layout_of(manifest, entry)))
+    else:
+        for entry in entries:
+            mapped.append(_map_chunk(home, entry, populate=False))
+            parsed.append(parse_chunk(mapped[-1], chunk_layout_of(manifest, entry)))
+    return LoadedChunks(
+        keys=[k for k, _ in parsed],
+        values=[v for _, v in parsed],
+        bytes_read=sum(e.size for e in entries),
+        verified=verify,
+        buffers=mapped,
+    )
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        sizes = list(pool.map(load, entries))
-    full_keys = [torch.from_numpy(x).view(dtype) for x in key_arrays]
-    full_values = [torch.from_numpy(x).view(dtype) for x in value_arrays]
-    keys_out: list[list[torch.Tensor]] = []
-    values_out: list[list[torch.Tensor]] = []
-    for entry in entries:
-        a, b = entry.start - first, entry.end - first
-        keys_out.append([t[:, a:b, :] for t in full_keys])
-        values_out.append([t[:, a:b, :] for t in full_values])
-    return LoadedChunks(keys_out, values_out, sum(sizes), verify)
+
+def _map_and_hash(home: Home, entry: ChunkEntry) -> tuple[mmap.mmap, str]:
+    mapped = _map_chunk(home, entry, populate=True)
+    return mapped, hashlib.sha256(mapped).hexdigest()
+
+
+def _map_chunk(home: Home, entry: ChunkEntry, *, populate: bool) -> mmap.mmap:
+    """A private (copy-on-write) mapping of a chunk file; ``populate`` pre-faults its pages."""
+    path = home.objects.path(entry.digest)
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        raise IntegrityError(
+            f"chunk {entry.index} ({entry.digest.short()}) is missing from the store",
+            hint="pull the artifact again or run: kvreg fsck",
+        ) from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size != entry.size:
+            raise ChunkInvalidError(f"chunk {entry.index} is {size} bytes, the manifest says {entry.size}")
+        flags = mmap.MAP_PRIVATE
+        return mmap.mmap(f.fileno(), entry.size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
 
 
 def read_witness_logits(home: Home, manifest: Manifest) -> torch.Tensor:

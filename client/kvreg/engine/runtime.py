@@ -148,66 +148,110 @@ def _trim_windows(cache: DynamicCache) -> None:
             layer.crop(0)
 
 
+class DeferredConcatLayer(DynamicLayer):
+    """A full-attention layer grafted from chunks, concatenated on first use.
+
+    A ``DynamicLayer`` copies its whole cache on every ``update`` (``torch.cat`` of
+    the old states and the new ones). A grafted layer therefore keeps the chunks'
+    tensors as they are — zero-copy views of the chunk files — and the next
+    ``update`` concatenates the parts and the new states in that same single pass.
+    The tensor it returns, and every one after, has exactly the bytes a plain
+    ``DynamicLayer`` would hold: a graft is one full copy cheaper, not different.
+    Any other access to ``keys``/``values`` concatenates first.
+    """
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], length: int) -> None:
+        """``keys``/``values``: per-block ``[kv_heads, n, head_dim]`` tensors (no batch dimension)."""
+        super().__init__()
+        self._parts: tuple[list[torch.Tensor], list[torch.Tensor]] | None = (keys, values)
+        self._length = length
+        self.device = keys[0].device
+        self.is_initialized = True
+
+    # ``keys``/``values`` are plain attributes in DynamicLayer; here they materialise
+    # the pending parts when read.
+    @property  # type: ignore[override]
+    def keys(self) -> torch.Tensor | None:
+        self._materialise()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._keys = value
+
+    @property  # type: ignore[override]
+    def values(self) -> torch.Tensor | None:
+        self._materialise()
+        return self._values
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._values = value
+
+    def _materialise(self) -> None:
+        parts = self.__dict__.get("_parts")
+        if parts is not None:
+            self._parts = None
+            self._keys = torch.cat(parts[0], dim=-2).unsqueeze(0)
+            self._values = torch.cat(parts[1], dim=-2).unsqueeze(0)
+
+    def get_seq_length(self) -> int:
+        return self._length if self._parts is not None else super().get_seq_length()
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._parts is None:
+            return super().update(key_states, value_states, *args, **kwargs)
+        keys, values = self._parts
+        self._parts = None
+        if key_states.shape[0] != 1:
+            raise ModelError("a grafted cache holds a batch of one sequence")
+        self._keys = torch.cat([*keys, key_states[0]], dim=-2).unsqueeze(0)
+        self._values = torch.cat([*values, value_states[0]], dim=-2).unsqueeze(0)
+        return self._keys, self._values
+
+
 def cache_from_blocks(
     lm: LoadedModel, keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]], length: int
 ) -> DynamicCache:
     """A cache holding ``length`` tokens, from per-block ``[kv_heads, n, head_dim]`` tensors.
 
     ``keys[b][l]`` is block ``b``, layer ``l``. Full-attention layers get every
-    position; sliding-window layers get the last ``window - 1`` positions and the
-    true absolute length, exactly the state a plain prefill leaves behind.
-
-    Blocks that already lie side by side in one contiguous tensor (as
-    ``graft.read_chunks`` returns them) are used as that tensor, without a copy;
-    any other blocks are concatenated. Both give the same bytes.
+    position (as a ``DeferredConcatLayer``: no copy until the next forward pass,
+    which copies anyway); sliding-window layers get the last ``window - 1``
+    positions and the true absolute length, exactly the state a plain prefill
+    leaves behind.
     """
-
-    def joined(parts: list[torch.Tensor]) -> torch.Tensor:
-        head = parts[0]
-        heads, _, dim = head.shape
-        n = sum(int(p.shape[1]) for p in parts)
-        storage = head.untyped_storage().data_ptr()
-        expected = head.data_ptr()
-        for part in parts:
-            if (
-                part.dtype != head.dtype
-                or part.device != head.device
-                or part.stride() != (n * dim, dim, 1)
-                or part.shape[0] != heads
-                or part.shape[2] != dim
-                or part.data_ptr() != expected
-                or part.untyped_storage().data_ptr() != storage
-            ):
-                return torch.cat(parts, dim=1)
-            expected += int(part.shape[1]) * dim * part.element_size()
-        return head.as_strided((heads, n, dim), (n * dim, dim, 1))
-
     cache = new_cache(lm)
+    device = lm.device
+    on_cpu = device.type == "cpu"
     for index, layer in enumerate(cache.layers):
-        k_parts = [block[index] for block in keys]
-        v_parts = [block[index] for block in values]
+        k_parts = [block[index] if on_cpu else block[index].to(device) for block in keys]
+        v_parts = [block[index] if on_cpu else block[index].to(device) for block in values]
         if isinstance(layer, DynamicSlidingWindowLayer):
             keep = layer.sliding_window - 1
-            k_parts, v_parts = _tail(k_parts, keep), _tail(v_parts, keep)
-        k = joined(k_parts).unsqueeze(0).to(lm.device)
-        v = joined(v_parts).unsqueeze(0).to(lm.device)
-        layer.lazy_initialization(k, v)
-        layer.keys, layer.values = k, v
-        if isinstance(layer, DynamicSlidingWindowLayer):
+            k = torch.cat(_tail(k_parts, keep), dim=-2).unsqueeze(0)
+            v = torch.cat(_tail(v_parts, keep), dim=-2).unsqueeze(0)
+            layer.lazy_initialization(k, v)
+            layer.keys, layer.values = k, v
             layer.cumulative_length = length
+        else:
+            cache.layers[index] = DeferredConcatLayer(k_parts, v_parts, length)
     if cache.get_seq_length() != length:
         raise ModelError(f"grafted cache holds {cache.get_seq_length()} tokens, expected {length}")
     return cache
 
 
 def _tail(parts: list[torch.Tensor], keep: int) -> list[torch.Tensor]:
+    """The last ``keep`` positions of ``[kv_heads, n, head_dim]`` parts."""
     out: list[torch.Tensor] = []
     remaining = keep
     for part in reversed(parts):
         if remaining <= 0:
             break
-        n = part.shape[1]
-        out.append(part if n <= remaining else part[:, n - remaining :, :])
+        n = part.shape[-2]
+        out.append(part if n <= remaining else part[..., n - remaining :, :])
         remaining -= n
     out.reverse()
     return out
