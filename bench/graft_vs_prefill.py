@@ -9,9 +9,10 @@ under ``bench/out/``, then the script times
 - **prefill**: ``runtime.new_cache`` + ``runtime.prefill`` over the tokens on the
   block grid (what a graft saves);
 - **graft, verified**: the whole call ``graft.graft(..., verify=True, probe=False)``
-  of the whole artifact: fingerprint check, token comparison, every chunk read
+  of the whole artifact: fingerprint check, token comparison, every chunk mapped
   and re-hashed (SHA-256, ``--threads`` threads), parsed strictly, the model's
-  cache built, the witness logits read;
+  cache built (views of the chunks, concatenated by the next forward pass), the
+  witness logits read;
 - **graft, trusted**: the same with ``verify=False`` (the read-only local store
   is trusted, as after a verified pull);
 - **floor**: reading the same chunk files whole and SHA-256-ing them in a pool of
