@@ -39,9 +39,17 @@ class Run:
         return f"$ kvreg {' '.join(self.args)}\nrc={self.rc}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
 
 
-def kvreg_env(home: Path) -> dict[str, str]:
+# Variables that decide a host's numerics; ``host=`` replaces them to emulate another host.
+HOST_NUMERICS_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def kvreg_env(home: Path, host: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KVREG_REEXECUTED", None)
+    if host is not None:
+        for name in HOST_NUMERICS_VARS:
+            env.pop(name, None)
+        env.update(host)
     env["KVREG_HOME"] = str(home)
     env["COLUMNS"] = "200"
     # CI cores are shared: spinning OpenMP workers slow everything down; the bits do not change.
@@ -49,15 +57,22 @@ def kvreg_env(home: Path) -> dict[str, str]:
     return env
 
 
-def kvreg(home: Path, *args: str | Path, expect: int | None = 0, timeout: float = 300) -> Run:
+def kvreg(
+    home: Path,
+    *args: str | Path,
+    expect: int | None = 0,
+    timeout: float = 300,
+    host: dict[str, str] | None = None,
+) -> Run:
     """Run ``python -m kvreg ARGS`` with ``KVREG_HOME=home``.
 
-    The exit code must be ``expect`` unless that is None.
+    The exit code must be ``expect`` unless that is None. ``host`` replaces the
+    numerics environment variables, to run as another kind of host would.
     """
     argv = [str(a) for a in args]
     proc = subprocess.run(
         [sys.executable, "-m", "kvreg", *argv],
-        env=kvreg_env(home),
+        env=kvreg_env(home, host),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1,6 +1,6 @@
 """Numerics profiles through the CLI: the environment is in place before torch loads.
 
-Portable deposits grafted on an emulated AVX2 host: tests/engine/test_portable.py.
+Portable deposits grafted on an emulated AVX2 host: tests/cli/test_cli_portable.py.
 """
 
 from __future__ import annotations
