@@ -165,6 +165,12 @@ class RefConflictError(KvregError):
     code = "REF_CONFLICT"
 
 
+class TagImmutableError(RefConflictError):
+    """The ref is an immutable tag: it can be neither moved nor deleted."""
+
+    code = "TAG_IMMUTABLE"
+
+
 class KeyFileError(KvregError):
     """A key file is missing, unreadable, malformed or has unsafe permissions."""
 
@@ -199,3 +205,125 @@ class StoreError(KvregError):
     """The local store is damaged or cannot be written."""
 
     code = "STORE_ERROR"
+
+
+# --- registry protocol (HTTP); see docs/protocol.md for the status of each code ------
+
+
+class RequestInvalidError(UsageError):
+    """A request to the registry is malformed (bad JSON, fields, headers)."""
+
+    code = "REQUEST_INVALID"
+
+
+class PreconditionRequiredError(UsageError):
+    """A ref change came without ``If-Match`` or ``If-None-Match: *``."""
+
+    code = "PRECONDITION_REQUIRED"
+
+
+class BodyTooLargeError(UsageError):
+    """A request body, or a list in it, is over the registry's limit."""
+
+    code = "BODY_TOO_LARGE"
+
+
+class RangeNotSatisfiableError(UsageError):
+    """A ``Range`` header asks for bytes outside the object."""
+
+    code = "RANGE_NOT_SATISFIABLE"
+
+
+class AuthError(KvregError):
+    """Base class of authentication and authorization failures."""
+
+    code = "AUTH"
+
+
+class UnauthenticatedError(AuthError):
+    """No token, or a token the registry does not know (unknown, revoked, expired): HTTP 401."""
+
+    code = "UNAUTHENTICATED"
+
+
+class ForbiddenError(AuthError):
+    """The token is valid but lacks the role this needs: HTTP 403."""
+
+    code = "FORBIDDEN"
+
+
+class NamespaceNotFoundError(NotFoundError):
+    code = "NAMESPACE_UNKNOWN"
+
+
+class EnvelopeNotFoundError(NotFoundError):
+    code = "ENVELOPE_UNKNOWN"
+
+
+class KeyNotFoundError(NotFoundError):
+    code = "KEY_UNKNOWN"
+
+
+class UploadNotFoundError(NotFoundError):
+    code = "UPLOAD_UNKNOWN"
+
+
+class UserNotFoundError(NotFoundError):
+    code = "USER_UNKNOWN"
+
+
+class TokenNotFoundError(NotFoundError):
+    code = "TOKEN_UNKNOWN"
+
+
+class ManifestUnknownError(KvregError):
+    """A ref would point at a manifest that has no envelope in the namespace."""
+
+    code = "MANIFEST_UNKNOWN"
+
+
+class ObjectsMissingError(KvregError):
+    """A manifest references objects the namespace does not hold (``details['missing']``)."""
+
+    code = "OBJECTS_MISSING"
+
+
+class AlreadyExistsError(KvregError):
+    """A namespace, user or key that exists already."""
+
+    code = "ALREADY_EXISTS"
+
+
+class InUseError(KvregError):
+    """Something still referenced (an envelope a ref points at) cannot be deleted."""
+
+    code = "IN_USE"
+
+
+class RemoteError(KvregError):
+    """The registry answered with an error this client does not know, or not at all."""
+
+    code = "REMOTE_ERROR"
+
+
+class UnavailableError(RemoteError):
+    """The registry, its database or its storage is unreachable (retried with backoff first)."""
+
+    code = "UNAVAILABLE"
+
+
+class InternalServerError(RemoteError):
+    """The registry hit a bug (HTTP 500); the body never carries a stack trace."""
+
+    code = "INTERNAL"
+
+
+def error_classes() -> dict[str, type[KvregError]]:
+    """Every error class by its stable code (the client maps HTTP error bodies with it)."""
+    out: dict[str, type[KvregError]] = {}
+    pending: list[type[KvregError]] = [KvregError]
+    while pending:
+        cls = pending.pop()
+        out.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return out
