@@ -1,0 +1,408 @@
+"""Remotes and their credentials: ``config.json`` and ``credentials.json`` in ``$KVREG_HOME``.
+
+Remotes live in ``$KVREG_HOME/config.json`` under ``"remotes"``::
+
+    {"remotes": {"origin": {"url": "https://registry.example.org"}}, ...}
+
+Every other key of that file is kept as it is: this module reads the whole
+document, changes ``remotes`` and writes it back atomically
+(``kvreg.core.atomicfile``), under an exclusive lock so that two concurrent
+``kvreg remote add`` do not lose each other's change.
+
+Tokens live apart, in ``$KVREG_HOME/credentials.json`` (``{NAME: {"token": T}}``),
+mode 0600. A credentials file that group or others can read is refused with the
+``chmod`` that fixes it, like a private key. Tokens are never printed and never
+logged; ``Credentials`` and ``RemoteAuth`` show them as ``***`` in ``repr``.
+
+The environment variable ``KVREG_TOKEN``, when set and not empty, is the token for
+every remote and takes precedence over ``credentials.json`` (for scripts and CI,
+where writing a credentials file is awkward).
+
+Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``); URLs are
+``http://`` or ``https://`` with a host, no user info, query or fragment. A URL
+may name the server root or its API root (``.../api/v1``); both are stored as the
+server root.
+
+This module does not talk to registries (``kvreg.remote.http`` does) beyond
+building a client for a named remote with :func:`connect`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kvreg.core.atomicfile import atomic_write_bytes
+from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, StoreError, UsageError
+from kvreg.store.home import Home
+
+if TYPE_CHECKING:
+    from kvreg.remote.http import RegistryClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CREDENTIALS_NAME",
+    "REMOTE_NAME_PATTERN",
+    "TOKEN_ENV_VAR",
+    "Credentials",
+    "Remote",
+    "RemoteAuth",
+    "RemoteConfig",
+    "connect",
+    "normalize_url",
+    "validate_remote_name",
+    "validate_token",
+]
+
+REMOTE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+TOKEN_ENV_VAR = "KVREG_TOKEN"
+CREDENTIALS_NAME = "credentials.json"
+API_PREFIX = "/api/v1"
+_REMOTE_NAME_RE = re.compile(REMOTE_NAME_PATTERN, re.ASCII)
+# Header-safe token characters (RFC 6750 b64token); kvreg tokens are ``kvreg_<43 chars>``.
+_TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{1,1024}=*", re.ASCII)
+_MAX_FILE_BYTES = 1024 * 1024
+_CONFIG_MODE = 0o644
+_CREDENTIALS_MODE = 0o600
+
+
+def validate_remote_name(name: str) -> str:
+    """Return ``name`` if it is a valid remote name, else raise ``UsageError``."""
+    if not isinstance(name, str) or _REMOTE_NAME_RE.fullmatch(name) is None or ".." in name:
+        raise UsageError(
+            f"invalid remote name {name!r}",
+            hint="1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, "
+            "no '..' (e.g. origin)",
+        )
+    return name
+
+
+def normalize_url(url: str) -> str:
+    """The registry's root URL: http(s), a host, no credentials, query or fragment, no trailing ``/``.
+
+    A trailing ``/api/v1`` is removed (the client adds it). Raises ``ConfigError``.
+    """
+    hint = "give the registry's address, e.g. https://registry.example.org or http://127.0.0.1:8080"
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("the registry URL is empty", hint=hint)
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError for a bad port
+    except ValueError as e:
+        raise ConfigError(f"invalid registry URL {url!r}: {e}", hint=hint) from e
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ConfigError(
+            f"registry URL {url!r} must start with http:// or https://"
+            + (f", not {parts.scheme}://" if parts.scheme else ""),
+            hint=hint,
+        )
+    if not parts.hostname:
+        raise ConfigError(f"registry URL {url!r} has no host", hint=hint)
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            f"registry URL {url!r} holds user credentials",
+            hint="remove them from the URL and log in with: kvreg login NAME --token TOKEN",
+        )
+    if parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise ConfigError(f"registry URL {url!r} must not have a query or a fragment", hint=hint)
+    if any(c.isspace() for c in text) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise ConfigError(f"registry URL {url!r} contains whitespace or control characters", hint=hint)
+    path = parts.path.rstrip("/")
+    if path.endswith(API_PREFIX):
+        path = path[: -len(API_PREFIX)]
+    host = parts.hostname.lower()
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, path, "", ""))
+
+
+def validate_token(token: str) -> str:
+    """Return ``token`` stripped of surrounding whitespace if it can be sent as a bearer token.
+
+    The error never repeats the token.
+    """
+    if not isinstance(token, str):
+        raise UsageError("the token must be a string")
+    value = token.strip()
+    if not value:
+        raise UsageError(
+            "the token is empty", hint="pass it with --token TOKEN or on stdin with --token-stdin"
+        )
+    if _TOKEN_RE.fullmatch(value) is None:
+        raise UsageError(
+            "the token contains characters a bearer token cannot hold (whitespace, quotes, ...)",
+            hint="registry tokens look like kvreg_<43 characters>; copy it again",
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """A named registry: ``name`` and the server's root ``url``."""
+
+    name: str
+    url: str
+
+    @property
+    def api_url(self) -> str:
+        return self.url + API_PREFIX
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteAuth:
+    """The token to use for a remote and where it came from (``credentials`` or ``env``)."""
+
+    token: str
+    source: str
+
+    def __repr__(self) -> str:
+        return f"RemoteAuth(token='***', source={self.source!r})"
+
+
+# --- files ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(home: Home, name: str) -> Iterator[None]:
+    """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
+    try:
+        home.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(home.root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise ConfigError(f"cannot lock {home.root / name}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _read_json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = f.read(_MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    if len(data) > _MAX_FILE_BYTES:
+        raise ConfigError(f"{what} {path} is larger than {_MAX_FILE_BYTES} bytes")
+    if not data.strip():
+        return {}
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        # ``e`` may quote the file's text; for the credentials file that could be a token.
+        raise ConfigError(f"{what} {path} is not valid JSON", hint=f"fix or remove {path}") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{what} {path} must hold a JSON object", hint=f"fix or remove {path}")
+    return doc
+
+
+def _write_json_object(path: Path, doc: Mapping[str, Any], *, mode: int, what: str) -> None:
+    data = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        atomic_write_bytes(path, data, mode=mode)
+    except StoreError as e:
+        raise ConfigError(f"cannot write {what} {path}: {e.message}") from e
+
+
+class RemoteConfig:
+    """The ``remotes`` section of ``$KVREG_HOME/config.json``."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.path = home.config_path
+
+    def __repr__(self) -> str:
+        return f"RemoteConfig({str(self.path)!r})"
+
+    def _remotes(self, doc: dict[str, Any]) -> dict[str, Any]:
+        remotes = doc.get("remotes", {})
+        if not isinstance(remotes, dict):
+            raise ConfigError(f"config {self.path}: 'remotes' must be an object", hint=f"fix {self.path}")
+        return remotes
+
+    def _parse(self, name: str, entry: Any) -> Remote:
+        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+            raise ConfigError(
+                f"config {self.path}: remotes.{name} must be an object with a 'url' string",
+                hint=f"fix it, or remove and add it again: kvreg remote remove {name}",
+            )
+        try:
+            validate_remote_name(name)
+        except UsageError as e:
+            raise ConfigError(f"config {self.path}: {e.message}", hint=e.hint) from e
+        return Remote(name, normalize_url(entry["url"]))
+
+    def list(self) -> list[Remote]:
+        """Every configured remote, sorted by name."""
+        remotes = self._remotes(_read_json_object(self.path, "config"))
+        return [self._parse(name, remotes[name]) for name in sorted(remotes)]
+
+    def get(self, name: str) -> Remote:
+        """The remote ``name``; ``NotFoundError`` (with the command that adds it) if unknown."""
+        validate_remote_name(name)
+        remotes = self._remotes(_read_json_object(self.path, "config"))
+        if name not in remotes:
+            known = ", ".join(sorted(remotes)) or "none"
+            raise NotFoundError(
+                f"no remote named {name!r} (configured: {known})",
+                hint=f"add it with: kvreg remote add {name} URL",
+                remote=name,
+            )
+        return self._parse(name, remotes[name])
+
+    def add(self, name: str, url: str, *, replace: bool = False) -> Remote:
+        """Add (with ``replace``: change) a remote; ``AlreadyExistsError`` if it exists with another URL."""
+        validate_remote_name(name)
+        remote = Remote(name, normalize_url(url))
+        with _locked(self.home, "config"):
+            doc = _read_json_object(self.path, "config")
+            remotes = self._remotes(doc)
+            current = remotes.get(name)
+            if current is not None and not replace:
+                existing = current.get("url") if isinstance(current, dict) else None
+                if existing == remote.url:
+                    return remote
+                raise AlreadyExistsError(
+                    f"remote {name!r} exists already (url {existing})",
+                    hint=f"remove it first (kvreg remote remove {name}) or pick another name",
+                    remote=name,
+                )
+            entry = dict(current) if isinstance(current, dict) else {}
+            entry["url"] = remote.url
+            remotes[name] = entry
+            doc["remotes"] = remotes
+            _write_json_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+        log.info("remote %s -> %s", name, remote.url)
+        return remote
+
+    def remove(self, name: str) -> Remote:
+        """Remove a remote (``NotFoundError`` if unknown); its stored token goes too."""
+        validate_remote_name(name)
+        with _locked(self.home, "config"):
+            doc = _read_json_object(self.path, "config")
+            remotes = self._remotes(doc)
+            if name not in remotes:
+                raise NotFoundError(f"no remote named {name!r}", remote=name)
+            remote = self._parse(name, remotes.pop(name))
+            doc["remotes"] = remotes
+            _write_json_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+        Credentials(self.home).remove(name)
+        log.info("removed remote %s", name)
+        return remote
+
+
+class Credentials:
+    """Tokens per remote in ``$KVREG_HOME/credentials.json`` (mode 0600), and ``$KVREG_TOKEN``."""
+
+    def __init__(self, home: Home, *, environ: Mapping[str, str] | None = None) -> None:
+        self.home = home
+        self.path = home.root / CREDENTIALS_NAME
+        self._environ = os.environ if environ is None else environ
+
+    def __repr__(self) -> str:
+        return f"Credentials({str(self.path)!r})"
+
+    def _check_mode(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ConfigError(f"cannot read {self.path}: {e.strerror or e}") from e
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                f"credentials file {self.path} is accessible by other users "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); refusing to use it",
+                hint=f"chmod 600 {self.path}",
+                path=str(self.path),
+            )
+
+    def _load(self) -> dict[str, Any]:
+        self._check_mode()
+        return _read_json_object(self.path, "credentials file")
+
+    def stored_token(self, name: str) -> str | None:
+        """The token saved for ``name`` by ``kvreg login``, or None."""
+        validate_remote_name(name)
+        entry = self._load().get(name)
+        if entry is None:
+            return None
+        token = entry.get("token") if isinstance(entry, dict) else None
+        if not isinstance(token, str) or not token:
+            raise ConfigError(
+                f"credentials file {self.path}: the entry for {name!r} has no token string",
+                hint=f"log in again: kvreg login {name} --token TOKEN",
+            )
+        return token
+
+    def auth_for(self, name: str) -> RemoteAuth | None:
+        """The token to send to remote ``name``: ``$KVREG_TOKEN``, else the stored one, else None."""
+        env = self._environ.get(TOKEN_ENV_VAR, "")
+        if env.strip():
+            try:
+                return RemoteAuth(validate_token(env), "env")
+            except UsageError as e:
+                raise ConfigError(f"${TOKEN_ENV_VAR}: {e.message}", hint=e.hint) from e
+        token = self.stored_token(name)
+        return None if token is None else RemoteAuth(token, "credentials")
+
+    def names(self) -> list[str]:
+        """The remotes that have a stored token."""
+        return sorted(self._load())
+
+    def set(self, name: str, token: str) -> None:
+        """Store ``token`` for ``name`` (replacing any other); the file is written with mode 0600."""
+        validate_remote_name(name)
+        value = validate_token(token)
+        with _locked(self.home, "credentials"):
+            doc = self._load()
+            doc[name] = {"token": value}
+            _write_json_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
+        log.info("stored a token for remote %s", name)
+
+    def remove(self, name: str) -> bool:
+        """Forget the token of ``name``; True if there was one."""
+        validate_remote_name(name)
+        with _locked(self.home, "credentials"):
+            doc = self._load()
+            if name not in doc:
+                return False
+            del doc[name]
+            _write_json_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
+        log.info("removed the token of remote %s", name)
+        return True
+
+
+def connect(home: Home, name: str, **client_options: Any) -> RegistryClient:
+    """A ``RegistryClient`` for the remote ``name`` with its token (if any).
+
+    ``client_options`` go to :class:`kvreg.remote.http.RegistryClient` (``timeout``,
+    ``retries``, ...). The caller closes the client (it is a context manager).
+    """
+    from kvreg.remote.http import RegistryClient
+
+    remote = RemoteConfig(home).get(name)
+    auth = Credentials(home).auth_for(name)
+    return RegistryClient(
+        remote.url, None if auth is None else auth.token, remote_name=name, **client_options
+    )

@@ -1,0 +1,492 @@
+"""Push and pull: move a signed artifact between the local store and a registry.
+
+**Push** (DESIGN.md §3) opens the local artifact, verified against the local
+trust policy as every other reader does; opens upload sessions listing every
+object the manifest references (the registry answers which are missing and keeps
+the listed objects safe from its GC until the session closes); uploads the
+missing ones in parallel, streamed from the store's files; uploads the exact
+envelope bytes; then reads the remote ref and moves it by compare-and-swap from
+the value it just read (``If-None-Match: *`` when absent); and closes the
+sessions. Objects, then envelope, then ref: a reader never sees a ref whose
+objects are missing. Running it again after an interruption sends only what is
+still missing.
+
+**Pull** reads the remote ref and the envelope, checks that the payload hashes
+to the ref's digest, and verifies the signature against the *local* trust
+policy for the namespace the artifact will have locally, with the registry's
+keys only used to name an untrusted signer, all before downloading any object.
+Objects not in the local store are downloaded in parallel into a staging folder
+``tmp/pull-<manifest hex>/``: each to ``<hex>.incomplete``, hashed while it
+streams, renamed to ``<hex>`` only when its digest matches. A mismatch raises
+``DigestMismatchError`` (exit 3) and deletes the whole staging folder, so a
+tampered registry leaves no trace in the store. When every object is staged the
+objects are moved into the store (``put_file`` re-hashes them), then the
+manifest, then the envelope, and the local ref is set last, by compare-and-swap
+(a local tag on another digest is ``TagImmutableError``; a remote tag becomes a
+local tag). An interrupted pull resumes: complete staged objects are not
+downloaded again and a partial one continues with a ``Range`` request.
+
+This module neither prints nor imports rich (``kvreg.cli.remote`` renders); it
+does not configure remotes or tokens (``kvreg.remote.config``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kvreg.core.atomicfile import fsync_dir
+from kvreg.core.digest import Digest
+from kvreg.core.envelope import Envelope, pae, verify_envelope
+from kvreg.core.errors import (
+    DigestMismatchError,
+    KvregError,
+    ObjectNotFoundError,
+    ObjectsMissingError,
+    RefConflictError,
+    RefNotFoundError,
+    StoreError,
+    TagImmutableError,
+)
+from kvreg.core.keys import PublicKey
+from kvreg.core.manifest import Manifest
+from kvreg.core.names import RefName
+from kvreg.core.trust import TrustPolicy
+from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RegistryClient
+from kvreg.remote.progress import Cancelled, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.store.artifacts import open_artifact
+from kvreg.store.home import Home
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PullReport", "PushReport", "pull", "push", "staging_dir"]
+
+STAGING_PREFIX = "pull-"
+PARTIAL_SUFFIX = ".incomplete"
+
+
+@dataclass(frozen=True)
+class PushReport:
+    """What a push did. ``old``/``new``: the remote ref before and after (``old`` None: created)."""
+
+    remote: str | None
+    ref: str
+    remote_ref: str
+    digest: str
+    tag: bool
+    objects_total: int
+    objects_missing: int
+    objects_sent: int
+    bytes_total: int
+    bytes_sent: int
+    envelope_new: bool
+    old: str | None
+    new: str
+    ref_changed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PullReport:
+    """What a pull did. ``objects_staged``: found complete in the staging folder of an earlier try."""
+
+    remote: str | None
+    ref: str
+    local_ref: str
+    digest: str
+    tag: bool
+    signer: str | None
+    objects_total: int
+    objects_local: int
+    objects_staged: int
+    objects_downloaded: int
+    bytes_downloaded: int
+    old: str | None
+    new: str
+    ref_changed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Counter:
+    """Thread-safe counters plus a progress sink that stops when asked to."""
+
+    def __init__(self, progress: Progress, stop: threading.Event) -> None:
+        self.progress = progress
+        self.stop = stop
+        self._lock = threading.Lock()
+        self.objects = 0
+        self.bytes = 0
+
+    def advance(self, n: int) -> None:
+        if self.stop.is_set():
+            raise Cancelled
+        if n > 0:
+            with self._lock:
+                self.bytes += n
+        self.progress.advance(n)
+
+    def done(self) -> None:
+        with self._lock:
+            self.objects += 1
+        self.progress.object_done()
+
+
+# --- push ----------------------------------------------------------------------------------
+
+
+def push(
+    home: Home,
+    client: RegistryClient,
+    ref: RefName,
+    *,
+    remote_ref: RefName | None = None,
+    tag: bool = False,
+    jobs: int = 4,
+    progress: Progress | None = None,
+    trust: TrustPolicy | None = None,
+    known_keys: Iterable[PublicKey] = (),
+) -> PushReport:
+    """Push the local artifact ``ref`` to the registry as ``remote_ref`` (default: the same name).
+
+    ``trust`` defaults to ``$KVREG_HOME/trust.json``; ``known_keys`` only name an
+    untrusted signer in the error. ``tag`` creates the remote ref as an immutable
+    tag (it must not exist yet, or be that tag already).
+    """
+    validate_jobs(jobs)
+    progress = progress or NullProgress()
+    target = remote_ref or ref
+    ns, name = target.namespace, target.name
+    artifact = open_artifact(home, str(ref), trust=trust, known_keys=known_keys)
+    digest = artifact.digest
+    envelope_bytes = home.envelopes.get(digest)
+    digests = artifact.manifest.object_digests()
+    sizes = {d: _local_size(home, d, ref) for d in digests}
+
+    before = client.get_ref(ns, name)  # fail before uploading anything if the ref cannot move
+    _check_remote_ref(target, before, digest, tag)
+
+    batch = client.limit("max_missing_digests", DEFAULT_MAX_MISSING_DIGESTS)
+    sessions: list[str] = []
+    session_of: dict[Digest, str] = {}
+    missing: list[Digest] = []
+    stop = threading.Event()
+    counter = _Counter(progress, stop)
+    try:
+        for i in range(0, len(digests), batch):
+            part = digests[i : i + batch]
+            upload_id, absent = client.open_upload(ns, part)
+            sessions.append(upload_id)
+            session_of.update(dict.fromkeys(part, upload_id))
+            wanted = set(part)
+            missing += [d for d in absent if d in wanted]
+        missing = list(dict.fromkeys(missing))
+        progress.start(sum(sizes[d] for d in missing), len(missing))
+
+        def send(d: Digest) -> None:
+            if stop.is_set():
+                raise Cancelled
+            client.put_object(
+                ns, d, home.objects.path(d), sizes[d], upload_id=session_of[d], progress_cb=counter.advance
+            )
+            counter.done()
+
+        run_parallel(missing, send, jobs, stop)
+        try:
+            envelope_new = client.put_envelope(ns, digest, envelope_bytes)
+        except ObjectsMissingError as e:  # e.g. collected between the missing query and now
+            again = [d for d in _digests_in(e.details.get("missing")) if d in sizes]
+            if not again:
+                raise
+            log.warning("the registry lost %d objects during the push; sending them again", len(again))
+            run_parallel(again, send, jobs, stop)
+            envelope_new = client.put_envelope(ns, digest, envelope_bytes)
+
+        current = client.get_ref(ns, name)
+        _check_remote_ref(target, current, digest, tag)
+        changed = current is None or current.digest != digest
+        if changed:
+            client.put_ref(ns, name, digest, None if current is None else current.digest, tag=tag)
+    finally:
+        for upload_id in sessions:
+            try:
+                client.close_upload(ns, upload_id)
+            except KvregError as e:  # the session expires on its own
+                log.warning("could not close upload session %s: %s", upload_id, e.message)
+
+    log.info("pushed %s to %s/%s (%s)", ref, ns, name, digest)
+    return PushReport(
+        remote=client.remote_name,
+        ref=str(ref),
+        remote_ref=str(target),
+        digest=str(digest),
+        tag=tag or bool(current is not None and current.tag),
+        objects_total=len(digests),
+        objects_missing=len(missing),
+        objects_sent=counter.objects,
+        bytes_total=sum(sizes.values()),
+        bytes_sent=counter.bytes,
+        envelope_new=envelope_new,
+        old=None if current is None else str(current.digest),
+        new=str(digest),
+        ref_changed=changed,
+    )
+
+
+def _local_size(home: Home, digest: Digest, ref: RefName) -> int:
+    try:
+        return home.objects.size(digest)
+    except ObjectNotFoundError as e:
+        raise ObjectNotFoundError(
+            f"object {digest} of {ref} is missing from the local store; cannot push an incomplete artifact",
+            hint="run 'kvreg fsck'; pull or deposit the artifact again",
+            digest=str(digest),
+        ) from e
+
+
+def _digests_in(value: Any) -> list[Digest]:
+    out: list[Digest] = []
+    for item in value if isinstance(value, list) else []:
+        with contextlib.suppress(KvregError):
+            out.append(Digest(item))
+    return out
+
+
+def _check_remote_ref(target: RefName, current: Any, digest: Digest, tag: bool) -> None:
+    """Refuse early what the registry would refuse: moving a tag, tagging an existing ref."""
+    if current is None:
+        return
+    if current.tag and current.digest != digest:
+        raise TagImmutableError(
+            f"remote ref {target} is an immutable tag on {current.digest}: it cannot move to {digest}",
+            hint="push under another name: kvreg push NAME REF --as NS/OTHER",
+            ref=str(target),
+            current=str(current.digest),
+        )
+    if tag and not current.tag:
+        raise RefConflictError(
+            f"remote ref {target} exists already (at {current.digest}); a tag can only be created",
+            hint="push the tag under a new name: --as NS/NEW --tag",
+            ref=str(target),
+            current=str(current.digest),
+        )
+
+
+# --- pull ----------------------------------------------------------------------------------
+
+
+def staging_dir(home: Home, digest: Digest) -> Path:
+    """Where a pull of the manifest ``digest`` stages its objects."""
+    return home.tmp_dir / f"{STAGING_PREFIX}{Digest(digest).hex}"
+
+
+@contextlib.contextmanager
+def _staging(home: Home, digest: Digest) -> Iterator[Path]:
+    """The staging folder, locked against a concurrent pull of the same manifest."""
+    folder = staging_dir(home, digest)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StoreError(f"cannot create the staging folder {folder}: {e.strerror or e}") from e
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            raise StoreError(
+                f"another pull of {digest} into {home.root} is running",
+                hint="wait for it to finish, then pull again",
+            ) from e
+        yield folder
+    finally:
+        os.close(fd)
+
+
+def _discard(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _known_sizes(manifest: Manifest) -> dict[Digest, int]:
+    """Sizes the signed manifest states (chunks, tokens, text, prompt); others are unknown."""
+    sizes: dict[Digest, int] = {c.digest: c.size for c in manifest.chunks}
+    sizes[manifest.tokens.digest] = 4 * manifest.token_count
+    sizes[manifest.text.digest] = manifest.text.size
+    if manifest.prompt is not None:
+        sizes[manifest.prompt.digest] = manifest.prompt.size
+    return sizes
+
+
+def pull(
+    home: Home,
+    client: RegistryClient,
+    ref: RefName,
+    *,
+    local_ref: RefName | None = None,
+    jobs: int = 4,
+    trust: TrustPolicy | None = None,
+    known_keys: Iterable[PublicKey] = (),
+    progress: Progress | None = None,
+) -> PullReport:
+    """Pull the registry's ``ref`` into the local store as ``local_ref`` (default: the same name).
+
+    The signature is checked against ``trust`` (default ``$KVREG_HOME/trust.json``)
+    for ``local_ref``'s namespace, the one that later reads of the artifact check.
+    """
+    validate_jobs(jobs)
+    progress = progress or NullProgress()
+    dest = local_ref or ref
+    ns = ref.namespace
+
+    remote = client.get_ref(ns, ref.name)
+    if remote is None:
+        raise RefNotFoundError(
+            f"no ref {ref} on the registry {client.remote_name or client.base_url}",
+            hint=f"list its refs with: kvreg ls-remote {client.remote_name or 'NAME'} {ns}",
+            ref=str(ref),
+        )
+    digest = remote.digest
+    _check_local_ref(home, dest, digest)
+
+    envelope_bytes = client.get_envelope(ns, digest)
+    envelope = Envelope.from_json_bytes(envelope_bytes)
+    if envelope.manifest_digest != digest:
+        raise DigestMismatchError(
+            f"the registry's envelope for {ref} signs a manifest with digest {envelope.manifest_digest}, "
+            f"not {digest}",
+            expected=str(digest),
+            actual=str(envelope.manifest_digest),
+        )
+    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    try:
+        registry_keys = client.list_keys(ns)
+    except KvregError as e:  # only used to name a signer
+        log.debug("cannot list the registry's keys of %s: %s", ns, e.message)
+        registry_keys = []
+    manifest = verify_envelope(envelope, policy, dest.namespace, known_keys=[*known_keys, *registry_keys])
+    signer = _signer(envelope, policy.keys_for(dest.namespace))
+
+    digests = manifest.object_digests()
+    absent = [d for d in digests if not home.objects.has(d)]
+    sizes = _known_sizes(manifest)
+    cap: int | None = None
+    if absent:  # objects whose size the manifest does not state are capped by the registry's limit
+        cap = client.limit("max_object_bytes", 0) or None
+    stop = threading.Event()
+    counter = _Counter(progress, stop)
+    staged_before = 0
+    downloaded = [0]
+    lock = threading.Lock()
+
+    with _staging(home, digest) as folder:
+        try:
+            staged_before = sum(1 for d in absent if (folder / d.hex).is_file())
+            progress.start(sum(sizes.get(d, 0) for d in absent), len(absent))
+
+            def fetch(d: Digest) -> None:
+                if stop.is_set():
+                    raise Cancelled
+                final = folder / d.hex
+                if final.is_file():
+                    progress.advance(final.stat().st_size)
+                    progress.object_done()
+                    return
+                part = folder / f"{d.hex}{PARTIAL_SUFFIX}"
+                size = sizes.get(d)
+                start = part.stat().st_size if part.is_file() else 0
+                if size is not None and start > size:
+                    start = 0
+                progress.advance(start)
+                got = client.get_object_to(
+                    ns, d, part, start=start, max_size=size if size is not None else cap,
+                    progress_cb=counter.advance,
+                )  # fmt: skip
+                if got.digest != d:
+                    raise DigestMismatchError(
+                        f"object {d} from the registry hashes to {got.digest}; nothing was stored",
+                        hint="the registry or the network altered the object; report it to the registry's "
+                        "operators",
+                        expected=str(d),
+                        actual=str(got.digest),
+                    )
+                part.chmod(0o444)
+                part.replace(final)
+                with lock:
+                    downloaded[0] += 1
+                counter.done()
+
+            run_parallel(absent, fetch, jobs, stop)
+            fsync_dir(folder)
+            for d in absent:
+                home.objects.put_file(folder / d.hex, expected=d)
+            home.objects.put_bytes(envelope.payload, expected=digest)
+            home.envelopes.put(digest, envelope_bytes)
+        except DigestMismatchError:
+            _discard(folder)
+            raise
+        old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
+        _discard(folder)
+
+    log.info("pulled %s as %s (%s)", ref, dest, digest)
+    return PullReport(
+        remote=client.remote_name,
+        ref=str(ref),
+        local_ref=str(dest),
+        digest=str(digest),
+        tag=remote.tag,
+        signer=signer,
+        objects_total=len(digests),
+        objects_local=len(digests) - len(absent),
+        objects_staged=staged_before,
+        objects_downloaded=downloaded[0],
+        bytes_downloaded=counter.bytes,
+        old=None if old is None else str(old),
+        new=str(digest),
+        ref_changed=changed,
+    )
+
+
+def _signer(envelope: Envelope, trusted: list[PublicKey]) -> str | None:
+    """The key id of the trusted key whose signature verified (for the report)."""
+    message = pae(envelope.payload_type, envelope.payload)
+    for s in envelope.signatures:
+        for key in trusted:
+            with contextlib.suppress(KvregError):
+                key.verify(s.sig, message)
+                return key.keyid
+    return None
+
+
+def _check_local_ref(home: Home, dest: RefName, digest: Digest) -> None:
+    entry = home.refs.entry(dest)
+    if entry is not None and entry.tag and entry.digest != digest:
+        raise TagImmutableError(
+            f"local ref {dest} is an immutable tag on {entry.digest}: it cannot move to {digest}",
+            hint="pull under another name: kvreg pull NAME REF --as NS/OTHER",
+            ref=str(dest),
+            current=str(entry.digest),
+        )
+
+
+def _set_local_ref(home: Home, dest: RefName, digest: Digest, *, tag: bool) -> tuple[Digest | None, bool]:
+    """Point ``dest`` at ``digest`` by compare-and-swap; return ``(old value, changed)``."""
+    _check_local_ref(home, dest, digest)
+    entry = home.refs.entry(dest)
+    old = None if entry is None else entry.digest
+    if entry is not None and entry.digest == digest and (entry.tag or not tag):
+        return old, False
+    if tag:
+        home.refs.tag(dest, digest, expected=old)
+    else:
+        home.refs.set(dest, digest, expected=old)
+    return old, True
