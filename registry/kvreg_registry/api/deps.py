@@ -1,0 +1,89 @@
+"""Request-scoped helpers for the routes: the registry state, the caller, bodies, headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from kvreg.core.canonical import parse_json_object
+from kvreg.core.digest import Digest
+from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
+from kvreg_registry.auth import Principal, authenticate
+from kvreg_registry.db.engine import Database
+from kvreg_registry.settings import Settings
+from kvreg_registry.storage.base import ObjectStorage
+
+
+@dataclass
+class RegistryState:
+    settings: Settings
+    db: Database
+    storage: ObjectStorage
+
+
+def state(request: Request) -> RegistryState:
+    return request.app.state.registry  # type: ignore[no-any-return]
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > 256:
+        raise UnauthenticatedError("the Authorization header must be 'Bearer <token>'")
+    return token
+
+
+def principal_sync(st: RegistryState, request: Request) -> Principal:
+    token = bearer_token(request)
+    if token is None:
+        return Principal()
+    with st.db.read() as s:
+        return authenticate(s, token)
+
+
+async def principal(request: Request) -> Principal:
+    return await run_in_threadpool(principal_sync, state(request), request)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise BodyTooLargeError(f"the body is {declared} bytes, more than the limit of {limit}")
+        except ValueError:
+            raise RequestInvalidError("Content-Length is not a number") from None
+    parts: list[bytes] = []
+    size = 0
+    async for piece in request.stream():
+        size += len(piece)
+        if size > limit:
+            raise BodyTooLargeError(f"the body is more than the limit of {limit} bytes")
+        parts.append(piece)
+    return b"".join(parts)
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    data = await read_body(request, limit)
+    return parse_json_object(data, what="request body", max_bytes=limit, error=RequestInvalidError)
+
+
+def parse_etag(value: str) -> Digest:
+    """A digest from an ``If-Match`` value: ``"sha256:..."`` (quotes optional, one value only)."""
+    v = value.strip()
+    if v.startswith("W/"):
+        raise RequestInvalidError("weak ETags are not accepted in If-Match")
+    if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
+        v = v[1:-1]
+    return Digest(v)
+
+
+def etag(digest: str) -> str:
+    return f'"{digest}"'

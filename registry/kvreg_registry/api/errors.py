@@ -1,0 +1,95 @@
+"""One place that turns errors into HTTP answers with stable JSON codes.
+
+Every ``KvregError`` becomes ``{"error": {"code", "message", "hint"?, "details"?}}``
+with the status of its class (the table in docs/protocol.md) and the code again in
+the ``X-Kvreg-Error-Code`` header. FastAPI's validation errors become
+``400 REQUEST_INVALID``; unknown routes ``404 NOT_FOUND``; anything unexpected
+``500 INTERNAL`` with the traceback in the server log only, never in the body.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kvreg.core import errors as e
+
+log = logging.getLogger(__name__)
+
+ERROR_HEADER = "X-Kvreg-Error-Code"
+
+# Most specific class first; the first match wins.
+_STATUS: list[tuple[type[e.KvregError], int]] = [
+    (e.PreconditionRequiredError, 428),
+    (e.BodyTooLargeError, 413),
+    (e.RangeNotSatisfiableError, 416),
+    (e.UsageError, 400),
+    (e.UnauthenticatedError, 401),
+    (e.ForbiddenError, 403),
+    (e.NotFoundError, 404),
+    (e.RefConflictError, 409),
+    (e.AlreadyExistsError, 409),
+    (e.InUseError, 409),
+    (e.IntegrityError, 422),
+    (e.ObjectsMissingError, 422),
+    (e.ManifestUnknownError, 422),
+    (e.UnavailableError, 503),
+]
+
+
+def status_of(error: e.KvregError) -> int:
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def error_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+    all_headers = {ERROR_HEADER: body["code"], **(headers or {})}
+    if status == 401:
+        all_headers["WWW-Authenticate"] = 'Bearer realm="kvreg"'
+    return JSONResponse({"error": body}, status_code=status, headers=all_headers)
+
+
+def kvreg_error_response(error: e.KvregError) -> JSONResponse:
+    status = status_of(error)
+    if status == 500:
+        log.error("unexpected %s: %s", type(error).__name__, error.message)
+        return error_response(500, {"code": "INTERNAL", "message": "internal error"})
+    headers = {}
+    if isinstance(error, e.RangeNotSatisfiableError) and "size" in error.details:
+        headers["Content-Range"] = f"bytes */{error.details['size']}"
+    return error_response(status, error.to_dict(), headers)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(e.KvregError)
+    async def _kvreg(_request: Request, exc: e.KvregError) -> JSONResponse:
+        return kvreg_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"loc": [str(p) for p in err.get("loc", ())], "message": str(err.get("msg", ""))}
+            for err in exc.errors()[:20]
+        ]
+        first = problems[0] if problems else {"loc": [], "message": "invalid request"}
+        message = f"invalid request: {'.'.join(first['loc'])}: {first['message']}"
+        return error_response(
+            400, {"code": "REQUEST_INVALID", "message": message, "details": {"problems": problems}}
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "REQUEST_INVALID")
+        return error_response(exc.status_code, {"code": code, "message": str(exc.detail)})
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error while serving a request", exc_info=exc)
+        return error_response(500, {"code": "INTERNAL", "message": "internal error"})

@@ -1,0 +1,177 @@
+"""Request and response bodies of the API, as pydantic models (they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DigestList(Strict):
+    digests: list[str] = Field(description="object digests, sha256:<64 hex>")
+
+
+class UploadOpened(BaseModel):
+    upload: str
+    missing: list[str]
+    expires_at: str
+
+
+class Missing(BaseModel):
+    missing: list[str]
+
+
+class ObjectStored(BaseModel):
+    digest: str
+    size: int
+    stored: bool = Field(description="the bytes were new to the storage")
+
+
+class NamespaceIn(Strict):
+    name: str
+    public: bool = False
+    description: str = Field(default="", max_length=2000)
+
+
+class NamespaceOut(BaseModel):
+    name: str
+    public: bool
+    description: str
+    created_at: str
+
+
+class UserIn(Strict):
+    name: str
+    admin: bool = False
+
+
+class UserOut(BaseModel):
+    name: str
+    admin: bool
+    created_at: str
+
+
+class TokenIn(Strict):
+    label: str = Field(default="", max_length=200)
+    expires_in_days: int | None = Field(default=None, ge=1, le=3650)
+
+
+class TokenOut(BaseModel):
+    id: int
+    token: str = Field(description="shown once; only its hash is stored")
+    user: str
+    label: str
+    expires_at: str | None
+
+
+class RoleIn(Strict):
+    role: Literal["read", "write", "admin"]
+
+
+class KeyIn(Strict):
+    public_key: str = Field(
+        max_length=200, description="ed25519:<base64 of 32 bytes>, as `kvreg keys export` prints"
+    )
+
+
+class KeyOut(BaseModel):
+    keyid: str
+    public_key: str
+    created_at: str
+    revoked_at: str | None
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]
+
+
+class RefIn(Strict):
+    digest: str
+    tag: bool = False
+
+
+class RefOut(BaseModel):
+    ref: str
+    name: str
+    digest: str
+    tag: bool
+    updated_at: str
+    updated_by: str | None
+
+
+class RefList(BaseModel):
+    refs: list[RefOut]
+
+
+class EnvelopeStored(BaseModel):
+    namespace: str
+    digest: str
+    signer: str
+    created: bool
+
+
+class ArtifactOut(BaseModel):
+    namespace: str
+    digest: str
+    refs: list[str]
+    title: str
+    question: str
+    model_fingerprint: str
+    model_name: str
+    tokenizer_fingerprint: str
+    config_fingerprint: str
+    verifier: str | None
+    verdict: str | None
+    token_count: int
+    chunk_count: int
+    block_size: int
+    size: int
+    merkle_root: str
+    signer: str
+    created_at: str
+    created_by: str | None
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[ArtifactOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class GcIn(Strict):
+    grace_seconds: int | None = Field(default=None, ge=0)
+    dry_run: bool = False
+
+
+class GcOut(BaseModel):
+    sessions_expired: int
+    links_removed: int
+    objects_removed: int
+    bytes_removed: int
+    orphans_removed: int
+    incomplete_removed: int
+    dry_run: bool
+
+
+class Limits(BaseModel):
+    max_object_bytes: int
+    max_json_bytes: int
+    max_missing_digests: int
+
+
+class ServerInfo(BaseModel):
+    kvreg: str
+    api: int
+    storage: str
+    limits: Limits
+
+
+class WhoAmI(BaseModel):
+    user: str | None
+    admin: bool
+    roles: dict[str, str]

@@ -1,0 +1,152 @@
+"""Server info, the caller, namespaces, users, tokens, roles and signing keys."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from fastapi import APIRouter, Depends, Request, Response
+
+import kvreg
+from kvreg.core.digest import Digest
+from kvreg_registry.api import models as m
+from kvreg_registry.api.deps import principal, state
+from kvreg_registry.auth import Principal
+from kvreg_registry.db.models import Namespace, SigningKey
+from kvreg_registry.services import accounts
+
+router = APIRouter()
+
+
+def iso(t: dt.datetime | None) -> str | None:
+    return None if t is None else t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _namespace_out(ns: Namespace) -> m.NamespaceOut:
+    return m.NamespaceOut(
+        name=ns.name, public=ns.public, description=ns.description, created_at=iso(ns.created_at) or ""
+    )
+
+
+def _key_out(k: SigningKey) -> m.KeyOut:
+    return m.KeyOut(
+        keyid=k.keyid,
+        public_key=k.public_key,
+        created_at=iso(k.created_at) or "",
+        revoked_at=iso(k.revoked_at),
+    )
+
+
+@router.get("/", response_model=m.ServerInfo, summary="Server version, API version, storage kind and limits")
+def info(request: Request) -> m.ServerInfo:
+    st = state(request)
+    return m.ServerInfo(
+        kvreg=kvreg.__version__,
+        api=1,
+        storage=st.storage.kind,
+        limits=m.Limits(
+            max_object_bytes=st.settings.max_object_bytes,
+            max_json_bytes=st.settings.max_json_bytes,
+            max_missing_digests=st.settings.max_missing_digests,
+        ),
+    )
+
+
+@router.get("/whoami", response_model=m.WhoAmI, summary="The caller's user and roles")
+def whoami(request: Request, who: Principal = Depends(principal)) -> m.WhoAmI:
+    with state(request).db.read() as s:
+        return m.WhoAmI(user=who.name, admin=who.is_admin, roles=accounts.roles_of(s, who))
+
+
+@router.get("/namespaces", response_model=list[m.NamespaceOut], summary="The namespaces the caller can read")
+def list_namespaces(request: Request, who: Principal = Depends(principal)) -> list[m.NamespaceOut]:
+    with state(request).db.read() as s:
+        return [_namespace_out(ns) for ns in accounts.list_namespaces(s, who)]
+
+
+@router.post(
+    "/namespaces", status_code=201, response_model=m.NamespaceOut, summary="Create a namespace (server admin)"
+)
+def create_namespace(
+    body: m.NamespaceIn, request: Request, who: Principal = Depends(principal)
+) -> m.NamespaceOut:
+    with state(request).db.write() as s:
+        ns = accounts.create_namespace(s, who, body.name, public=body.public, description=body.description)
+        return _namespace_out(ns)
+
+
+@router.get("/namespaces/{ns}", response_model=m.NamespaceOut, summary="One namespace")
+def get_namespace(ns: str, request: Request, who: Principal = Depends(principal)) -> m.NamespaceOut:
+    with state(request).db.read() as s:
+        return _namespace_out(accounts.readable_namespace(s, who, ns))
+
+
+@router.post("/users", status_code=201, response_model=m.UserOut, summary="Create a user (server admin)")
+def create_user(body: m.UserIn, request: Request, who: Principal = Depends(principal)) -> m.UserOut:
+    with state(request).db.write() as s:
+        user = accounts.create_user(s, who, body.name, admin=body.admin)
+        return m.UserOut(name=user.name, admin=user.is_admin, created_at=iso(user.created_at) or "")
+
+
+@router.post(
+    "/users/{user}/tokens",
+    status_code=201,
+    response_model=m.TokenOut,
+    summary="Create an API token (server admin, or the user for themself); shown once",
+)
+def create_token(
+    user: str, body: m.TokenIn, request: Request, who: Principal = Depends(principal)
+) -> m.TokenOut:
+    with state(request).db.write() as s:
+        t = accounts.create_token(s, who, user, label=body.label, expires_in_days=body.expires_in_days)
+    return m.TokenOut(id=t.id, token=t.token, user=t.user, label=t.label, expires_at=iso(t.expires_at))
+
+
+@router.delete("/tokens/{token_id}", status_code=204, summary="Revoke a token")
+def revoke_token(token_id: int, request: Request, who: Principal = Depends(principal)) -> Response:
+    with state(request).db.write() as s:
+        accounts.revoke_token(s, who, token_id)
+    return Response(status_code=204)
+
+
+@router.put("/namespaces/{ns}/roles/{user}", status_code=204, summary="Give a user a role in a namespace")
+def set_role(
+    ns: str, user: str, body: m.RoleIn, request: Request, who: Principal = Depends(principal)
+) -> Response:
+    with state(request).db.write() as s:
+        accounts.readable_namespace(s, who, ns, "admin")
+        accounts.set_role(s, who, ns, user, body.role)
+    return Response(status_code=204)
+
+
+@router.delete("/namespaces/{ns}/roles/{user}", status_code=204, summary="Take a user's role away")
+def remove_role(ns: str, user: str, request: Request, who: Principal = Depends(principal)) -> Response:
+    with state(request).db.write() as s:
+        accounts.readable_namespace(s, who, ns, "admin")
+        accounts.remove_role(s, who, ns, user)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/namespaces/{ns}/keys", response_model=m.KeyList, summary="Signing keys registered for a namespace"
+)
+def list_keys(ns: str, request: Request, who: Principal = Depends(principal)) -> m.KeyList:
+    with state(request).db.read() as s:
+        namespace = accounts.readable_namespace(s, who, ns)
+        return m.KeyList(keys=[_key_out(k) for k in accounts.list_keys(s, namespace)])
+
+
+@router.post(
+    "/namespaces/{ns}/keys", status_code=201, response_model=m.KeyOut, summary="Register a signing key"
+)
+def register_key(ns: str, body: m.KeyIn, request: Request, who: Principal = Depends(principal)) -> m.KeyOut:
+    with state(request).db.write() as s:
+        accounts.readable_namespace(s, who, ns, "admin")
+        return _key_out(accounts.register_key(s, who, ns, body.public_key))
+
+
+@router.delete("/namespaces/{ns}/keys/{keyid}", response_model=m.KeyOut, summary="Revoke a signing key")
+def revoke_key(ns: str, keyid: str, request: Request, who: Principal = Depends(principal)) -> m.KeyOut:
+    keyid = Digest(keyid)  # a key id is sha256:<hex> of the raw key; anything else is 400
+    with state(request).db.write() as s:
+        accounts.readable_namespace(s, who, ns, "admin")
+        return _key_out(accounts.revoke_key(s, who, ns, keyid))

@@ -1,0 +1,246 @@
+"""Upload sessions, the missing query, and object PUT / GET / HEAD.
+
+An object PUT streams the body into a :class:`PendingObject` (which hashes it),
+then, inside one write transaction holding the object's row lock, commits it to
+storage under its digest (refused unless the hash matches) and records that the
+namespace holds it. Every PUT is covered by an upload session — the client's
+(``X-Kvreg-Upload``) or one opened for this request alone — so GC keeps the
+digest while the bytes travel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from kvreg.core.digest import Digest
+from kvreg.core.errors import BodyTooLargeError, RangeNotSatisfiableError, RequestInvalidError
+from kvreg.core.names import validate_namespace
+from kvreg_registry.api import models as m
+from kvreg_registry.api.deps import RegistryState, etag, principal, state
+from kvreg_registry.api.routes_admin import iso
+from kvreg_registry.auth import Principal
+from kvreg_registry.services import accounts
+from kvreg_registry.services import objects as object_service
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+WRITE_PIECE = 1 << 20
+
+
+@router.post(
+    "/namespaces/{ns}/uploads",
+    status_code=201,
+    response_model=m.UploadOpened,
+    summary="Open an upload session and ask which objects are missing",
+)
+def open_upload(
+    ns: str, body: m.DigestList, request: Request, who: Principal = Depends(principal)
+) -> m.UploadOpened:
+    st = state(request)
+    digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
+    with st.db.write() as s:
+        namespace = accounts.readable_namespace(s, who, ns, "write")
+        missing = object_service.missing(s, namespace, digests)
+        row = object_service.open_session(s, namespace, who.user_id, digests, st.settings.upload_ttl_seconds)
+        return m.UploadOpened(upload=row.id, missing=list(missing), expires_at=iso(row.expires_at) or "")
+
+
+@router.delete("/namespaces/{ns}/uploads/{upload_id}", status_code=204, summary="Close an upload session")
+def close_upload(ns: str, upload_id: str, request: Request, who: Principal = Depends(principal)) -> Response:
+    with state(request).db.write() as s:
+        namespace = accounts.readable_namespace(s, who, ns, "write")
+        object_service.close_session(s, namespace, upload_id)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/namespaces/{ns}/objects/missing",
+    response_model=m.Missing,
+    summary="Which of these objects the namespace lacks",
+)
+def missing(ns: str, body: m.DigestList, request: Request, who: Principal = Depends(principal)) -> m.Missing:
+    st = state(request)
+    digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
+    with st.db.read() as s:
+        namespace = accounts.readable_namespace(s, who, ns)
+        return m.Missing(missing=list(object_service.missing(s, namespace, digests)))
+
+
+def _prepare_upload(
+    st: RegistryState, who: Principal, ns: str, digest: Digest, upload_id: str | None
+) -> str | None:
+    """Check the write role; cover the digest by an upload session. Returns an implicit session to close."""
+    with st.db.write() as s:
+        namespace = accounts.readable_namespace(s, who, ns, "write")
+        if upload_id is not None:
+            object_service.get_open_session(s, namespace, upload_id)
+            object_service.add_to_session(s, upload_id, [digest])
+            return None
+        row = object_service.open_session(s, namespace, who.user_id, [digest], st.settings.upload_ttl_seconds)
+        return row.id
+
+
+def _finish_upload(
+    st: RegistryState, ns: str, digest: Digest, pending: object, implicit: str | None
+) -> tuple[bool, bool, int]:
+    from kvreg_registry.storage.base import PendingObject
+
+    assert isinstance(pending, PendingObject)
+    with st.db.write() as s:
+        namespace = accounts.get_namespace(s, ns)
+        object_service.lock_object(s, digest, pending.size)
+        stored = pending.commit(digest)
+        newly_held = object_service.hold(s, namespace, digest)
+        if implicit is not None:
+            object_service.close_session(s, namespace, implicit)
+    return stored, newly_held, pending.size
+
+
+def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
+    if implicit is None:
+        return
+    try:
+        with st.db.write() as s:
+            object_service.close_session(s, accounts.get_namespace(s, ns), implicit)
+    except Exception:  # the session expires by itself; never hide the original error
+        log.warning("could not close upload session %s", implicit, exc_info=True)
+
+
+@router.put(
+    "/namespaces/{ns}/objects/{digest}",
+    response_model=m.ObjectStored,
+    responses={201: {"model": m.ObjectStored}},
+    summary="Upload an object (raw bytes); stored only if they hash to the digest",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def put_object(
+    ns: str,
+    digest: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    x_kvreg_upload: str | None = Header(default=None),
+) -> JSONResponse:
+    st = state(request)
+    validate_namespace(ns)
+    d = Digest(digest)
+    implicit = await run_in_threadpool(_prepare_upload, st, who, ns, d, x_kvreg_upload)
+    limit = st.settings.max_object_bytes
+    try:
+        with st.storage.begin_upload() as pending:
+            buffer = bytearray()
+            async for piece in request.stream():
+                if pending.size + len(buffer) + len(piece) > limit:
+                    raise BodyTooLargeError(
+                        f"the object is more than the limit of {limit} bytes", limit=limit
+                    )
+                buffer += piece
+                if len(buffer) >= WRITE_PIECE:
+                    await run_in_threadpool(pending.write, bytes(buffer))
+                    buffer.clear()
+            if buffer:
+                await run_in_threadpool(pending.write, bytes(buffer))
+            stored, newly_held, size = await run_in_threadpool(_finish_upload, st, ns, d, pending, implicit)
+    except BaseException:
+        await run_in_threadpool(_close_quietly, st, ns, implicit)
+        raise
+    body = m.ObjectStored(digest=d, size=size, stored=stored)
+    return JSONResponse(body.model_dump(), status_code=201 if newly_held else 200)
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``(start, end_exclusive)`` for one ``bytes=`` range, or None for no header.
+
+    Malformed syntax or several ranges are ``400``; a range outside the object ``416``.
+    """
+    if header is None:
+        return None
+    unit, _, spec = header.strip().partition("=")
+    if unit.strip().lower() != "bytes" or not spec or "," in spec:
+        raise RequestInvalidError(
+            f"unsupported Range {header!r}", hint="one range: bytes=A-B, bytes=A- or bytes=-N"
+        )
+    first, sep, last = spec.strip().partition("-")
+    if (
+        not sep
+        or (first and not first.isdigit())
+        or (last and not last.isdigit())
+        or (not first and not last)
+    ):
+        raise RequestInvalidError(f"malformed Range {header!r}")
+    if len(first) > 20 or len(last) > 20:
+        raise RequestInvalidError(f"malformed Range {header!r}")
+    if not first:
+        n = int(last)
+        if n == 0:
+            raise RangeNotSatisfiableError("an empty suffix range", size=size)
+        return max(0, size - n), size
+    start = int(first)
+    end = size if not last else min(int(last) + 1, size)
+    if start >= size or (last and int(last) < start):
+        raise RangeNotSatisfiableError(f"range {header!r} is outside the object ({size} bytes)", size=size)
+    return start, end
+
+
+def _object_size(st: RegistryState, who: Principal, ns: str, d: Digest) -> int:
+    with st.db.read() as s:
+        namespace = accounts.readable_namespace(s, who, ns)
+        return object_service.held_size(s, namespace, d)
+
+
+def _object_response(request: Request, ns: str, digest: str, who: Principal, *, head: bool) -> Response:
+    st = state(request)
+    d = Digest(digest)
+    size = _object_size(st, who, ns, d)
+    headers = {
+        "Accept-Ranges": "bytes",
+        "ETag": etag(d),
+        "X-Kvreg-Digest": d,
+        "Cache-Control": "private, immutable",
+    }
+    if st.settings.s3.redirect and not head:
+        url = st.storage.presigned_url(d)
+        if url is not None:
+            return RedirectResponse(url, status_code=307, headers={"X-Kvreg-Digest": d})
+    span = parse_range(request.headers.get("range"), size)
+    status = 200
+    start, end = 0, size
+    if span is not None:
+        start, end = span
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    headers["Content-Length"] = str(end - start)
+    if head:
+        return Response(status_code=status, headers=headers, media_type="application/octet-stream")
+    pieces: Iterator[bytes] = st.storage.read_range(d, start, end)
+    return StreamingResponse(
+        pieces, status_code=status, headers=headers, media_type="application/octet-stream"
+    )
+
+
+@router.get(
+    "/namespaces/{ns}/objects/{digest}",
+    summary="Download an object (Range supported; may redirect to a presigned URL)",
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        206: {"description": "partial content"},
+        307: {"description": "redirect to storage"},
+    },
+)
+def get_object(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+    return _object_response(request, ns, digest, who, head=False)
+
+
+@router.head("/namespaces/{ns}/objects/{digest}", summary="An object's size and digest headers")
+def head_object(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+    return _object_response(request, ns, digest, who, head=True)

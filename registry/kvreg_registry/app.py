@@ -1,0 +1,80 @@
+"""``create_app(settings)``: the registry's FastAPI application.
+
+Nothing is created at import time: the database engine and the storage backend
+are opened in the app's lifespan (when uvicorn or a test client starts it), and
+the schema is brought to ``head`` with alembic first unless
+``settings.migrate_on_start`` is off. Several processes may serve one PostgreSQL
+database and one S3 bucket: they share no state but those two.
+
+This module imports ``kvreg.core`` but never torch (``tests/core/test_no_torch.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import kvreg
+from kvreg_registry.api import errors
+from kvreg_registry.api.deps import RegistryState
+from kvreg_registry.api.limits import BodyLimitMiddleware
+from kvreg_registry.api.routes_admin import router as admin_router
+from kvreg_registry.api.routes_artifacts import router as artifacts_router
+from kvreg_registry.api.routes_objects import router as objects_router
+from kvreg_registry.db.engine import Database, upgrade
+from kvreg_registry.settings import Settings
+from kvreg_registry.storage import open_storage
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v1"
+
+
+def open_state(settings: Settings) -> RegistryState:
+    """Open (and migrate) the database and the storage backend that ``settings`` name."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.effective_database_url
+    if settings.migrate_on_start:
+        upgrade(url)
+    db = Database(url)
+    options = settings.s3.as_storage_options() if settings.effective_storage_url.startswith("s3://") else {}
+    storage = open_storage(settings.effective_storage_url, **options)
+    storage.check()
+    return RegistryState(settings=settings, db=db, storage=storage)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The registry app for ``settings`` (default: ``Settings.from_env()``)."""
+    settings = settings if settings is not None else Settings.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state = open_state(settings)
+        app.state.registry = state
+        log.info("registry ready: database %s, storage %s", state.db.dialect, state.storage.kind)
+        try:
+            yield
+        finally:
+            state.db.dispose()
+
+    app = FastAPI(
+        title="kvreg registry",
+        version=kvreg.__version__,
+        description="A content-addressed registry of verified LLM KV-cache states. See docs/protocol.md.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_object_bytes=settings.max_object_bytes,
+        max_json_bytes=settings.max_json_bytes,
+    )
+    for router in (admin_router, objects_router, artifacts_router):
+        app.include_router(router, prefix=API_PREFIX)
+    return app

@@ -1,0 +1,71 @@
+"""Append entries to the audit log, in the transaction of the change they record.
+
+Every state change calls :func:`append` with the session that makes the change,
+so the entry and the change commit or roll back together. Sequence numbers are
+dense: the append locks the single ``log_head`` row (``SELECT ... FOR UPDATE`` on
+PostgreSQL; SQLite's write transactions are already serialized by
+``BEGIN IMMEDIATE``), takes its size as the new entry's number and increments it.
+
+An entry is canonical JSON (RFC 8785) with ``seq``, ``time``, ``type``, ``actor``,
+``namespace``, ``subjects`` (digests), ``old``/``new`` values and ``details``; its
+RFC 6962 leaf hash is stored beside it. Checkpoints, proofs and their endpoints
+build on this table (the audit-log issue); this module only appends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from kvreg.core.canonical import canonical_json
+from kvreg.core.merkle import leaf_hash
+from kvreg_registry.db.models import AuditEntry, LogHead, utcnow
+
+
+def _iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def append(
+    session: Session,
+    type: str,
+    *,
+    actor: str | None,
+    namespace: str | None = None,
+    subjects: Iterable[str] = (),
+    old: Any = None,
+    new: Any = None,
+    details: Mapping[str, Any] | None = None,
+) -> int:
+    """Append one entry in ``session``'s transaction and return its sequence number."""
+    size = session.execute(select(LogHead.size).where(LogHead.id == 1).with_for_update()).scalar_one()
+    now = utcnow()
+    body: dict[str, Any] = {
+        "seq": size,
+        "time": _iso(now),
+        "type": type,
+        "actor": actor,
+        "namespace": namespace,
+        "subjects": list(subjects),
+        "old": old,
+        "new": new,
+        "details": dict(details or {}),
+    }
+    entry = canonical_json(body)
+    session.add(
+        AuditEntry(
+            seq=size,
+            created_at=now,
+            type=type,
+            actor=actor,
+            namespace=namespace,
+            entry=entry,
+            leaf_hash=leaf_hash(entry),
+        )
+    )
+    session.execute(update(LogHead).where(LogHead.id == 1).values(size=size + 1))
+    return size

@@ -1,0 +1,125 @@
+"""Bearer tokens and roles: who is calling, and may they do this to that namespace.
+
+Tokens are ``kvreg_`` followed by 43 URL-safe characters (256 random bits). Only
+their SHA-256 is stored; a lookup is by that hash, and the final comparison is
+constant-time, so neither the database nor timing reveals a token. Roles are per
+namespace and ordered ``read`` < ``write`` < ``admin``; a server admin has every
+role everywhere; a public namespace may be read by anyone.
+
+Access failures raise typed errors (``UnauthenticatedError`` → 401,
+``ForbiddenError`` → 403, ``NamespaceNotFoundError`` → 404 for a private namespace
+the caller may not even read). This module does not parse HTTP headers (the API's
+dependencies do) and never logs tokens.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kvreg.core.errors import ForbiddenError, NamespaceNotFoundError, UnauthenticatedError
+from kvreg_registry.db.models import ApiToken, Namespace, Role, User, utcnow
+
+TOKEN_PREFIX = "kvreg_"
+ROLE_RANK = {"read": 1, "write": 2, "admin": 3}
+
+
+def generate_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Principal:
+    """The caller: ``user`` is None for an anonymous request."""
+
+    user_id: int | None = None
+    name: str | None = None
+    is_admin: bool = False
+    token_id: int | None = None
+    _roles: dict[int, str | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def anonymous(self) -> bool:
+        return self.user_id is None
+
+    def role_in(self, session: Session, namespace: Namespace) -> str | None:
+        if self.is_admin:
+            return "admin"
+        if self.user_id is None:
+            return None
+        if namespace.id not in self._roles:
+            self._roles[namespace.id] = session.scalar(
+                select(Role.role).where(Role.user_id == self.user_id, Role.namespace_id == namespace.id)
+            )
+        return self._roles[namespace.id]
+
+    def can(self, session: Session, namespace: Namespace, role: str) -> bool:
+        if role == "read" and namespace.public:
+            return True
+        have = self.role_in(session, namespace)
+        return have is not None and ROLE_RANK[have] >= ROLE_RANK[role]
+
+    def require(self, session: Session, namespace: Namespace, role: str) -> None:
+        """Raise unless the caller has ``role`` in ``namespace`` (401, 403 or 404)."""
+        if self.can(session, namespace, role):
+            return
+        if self.anonymous:
+            raise UnauthenticatedError(
+                f"namespace {namespace.name!r} needs a token for this ({role} access)",
+                hint="kvreg login REMOTE --token TOKEN",
+            )
+        if not self.can(session, namespace, "read"):
+            raise NamespaceNotFoundError(f"no namespace {namespace.name!r}")
+        raise ForbiddenError(
+            f"user {self.name!r} does not have the {role} role in namespace {namespace.name!r}",
+            hint="ask an admin of the namespace for the role",
+        )
+
+    def require_admin(self) -> None:
+        if self.anonymous:
+            raise UnauthenticatedError(
+                "this needs a server admin's token", hint="kvreg login REMOTE --token TOKEN"
+            )
+        if not self.is_admin:
+            raise ForbiddenError(f"user {self.name!r} is not a server admin")
+
+
+ANONYMOUS = Principal()
+
+
+def authenticate(session: Session, token: str | None) -> Principal:
+    """The principal a bearer token belongs to; ``None`` gives the anonymous principal."""
+    if token is None:
+        return Principal()
+    digest = hash_token(token)
+    row = session.execute(
+        select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.token_hash == digest)
+    ).first()
+    # compare_digest on the hashes keeps the final check constant-time.
+    if row is None or not hmac.compare_digest(row[0].token_hash, digest):
+        raise UnauthenticatedError(
+            "unknown token", hint="kvreg login REMOTE --token TOKEN with a valid token"
+        )
+    token_row, user = row
+    now = utcnow()
+    if token_row.revoked_at is not None:
+        raise UnauthenticatedError("this token was revoked")
+    if token_row.expires_at is not None and token_row.expires_at <= now:
+        raise UnauthenticatedError("this token has expired")
+    if user.disabled_at is not None:
+        raise UnauthenticatedError(f"user {user.name!r} is disabled")
+    return Principal(user_id=user.id, name=user.name, is_admin=user.is_admin, token_id=token_row.id)
+
+
+def expiry(days: int | None) -> dt.datetime | None:
+    return None if days is None else utcnow() + dt.timedelta(days=days)

@@ -1,0 +1,177 @@
+"""Database engines and transactions for SQLite (WAL) and PostgreSQL (psycopg 3).
+
+``Database`` owns one SQLAlchemy engine and hands out sessions:
+
+- ``db.write()`` — a transaction that will write. On SQLite it starts with
+  ``BEGIN IMMEDIATE`` (the write lock is taken up front, so two writers never
+  deadlock upgrading a read lock; waiting ones block up to ``busy_timeout``).
+  On PostgreSQL it is an ordinary READ COMMITTED transaction; code that needs
+  serialization takes row locks (``SELECT ... FOR UPDATE`` on ``log_head``).
+- ``db.read()`` — a read-only transaction (plain ``BEGIN`` on SQLite, so readers
+  never wait for writers under WAL).
+
+Both commit on success and roll back on any exception. ``insert_ignore`` is the
+portable ``INSERT ... ON CONFLICT DO NOTHING`` used for idempotent writes.
+``upgrade(url)`` runs the alembic migrations to ``head``: that is how every
+database is created, in tests too. Nothing here knows the domain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Table, create_engine, event, insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from kvreg.core.errors import ConfigError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+_WRITE_OPTION = "kvreg_write"
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def migrations_dir() -> Path:
+    """``migrations/`` of the source tree, else the copy a wheel carries inside the package."""
+    source_tree = _PACKAGE_ROOT.parents[1] / "migrations"
+    if (source_tree / "env.py").is_file():
+        return source_tree
+    return _PACKAGE_ROOT / "migrations"
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event emit BEGIN itself (pysqlite's own is deferred and
+        # would turn every writer into a read-then-upgrade deadlock candidate).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        if conn.get_execution_options().get(_WRITE_OPTION):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
+    try:
+        parsed = make_url(url)
+    except Exception as e:
+        raise ConfigError(f"invalid database URL: {e}") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+        )
+        _install_sqlite_hooks(engine)
+        return engine
+    if backend == "postgresql":
+        if parsed.drivername != "postgresql+psycopg":
+            raise ConfigError(
+                f"unsupported PostgreSQL driver {parsed.drivername!r}",
+                hint="use postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB (psycopg 3)",
+            )
+        return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    raise ConfigError(
+        f"unsupported database {backend!r}", hint="use sqlite:///PATH or postgresql+psycopg://..."
+    )
+
+
+class Database:
+    """One engine and its session factories."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            self.engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+        )
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with _unavailable_on_connect_error(), self._write() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with _unavailable_on_connect_error(), self._read() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+@contextmanager
+def _unavailable_on_connect_error() -> Iterator[None]:
+    try:
+        yield
+    except OperationalError as e:
+        if (
+            "database is locked" in str(e)
+            or getattr(e, "connection_invalidated", False)
+            or _is_connect_error(e)
+        ):
+            raise UnavailableError(f"the metadata database is unavailable: {e.orig}") from e
+        raise
+
+
+def _is_connect_error(e: OperationalError) -> bool:
+    text = str(e.orig).lower()
+    return any(s in text for s in ("connection refused", "could not connect", "server closed", "timeout"))
+
+
+def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
+    """``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL; returns rows inserted."""
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        stmt: Any = sqlite_insert(table).on_conflict_do_nothing()
+    elif dialect == "postgresql":
+        stmt = pg_insert(table).on_conflict_do_nothing()
+    else:  # pragma: no cover - make_engine refuses other backends
+        stmt = insert(table)
+    result = session.execute(stmt, list(rows))
+    return max(result.rowcount or 0, 0)
+
+
+def alembic_config(url: str) -> Any:
+    """The alembic ``Config`` of this repository's ``migrations/``, pointed at ``url``."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logger"] = False
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Create or migrate the database at ``url`` to ``revision`` with alembic."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)

@@ -1,0 +1,326 @@
+"""The registry's metadata schema: SQLAlchemy 2 declarative models.
+
+The database enforces the invariants, not only the code (as warehouse does):
+
+- digests are ``sha256:<64 hex>`` (length and prefix checked), sizes non-negative,
+  roles one of ``read``/``write``/``admin``, token hashes 64 hex characters;
+- a namespace *holds* an object (``namespace_objects``) only if the object exists;
+- an envelope's manifest and every object it references must be held by its
+  namespace (composite foreign keys), so a held object cannot be dropped while an
+  envelope references it — garbage collection cannot break an artifact even if its
+  code were wrong;
+- a ref can only point at an envelope of its own namespace, and an envelope a ref
+  points at cannot be deleted;
+- audit entries have dense sequence numbers assigned under a lock on ``log_head``.
+
+The schema is created by the alembic migrations in ``migrations/`` (never by
+``create_all`` outside tests of the drift check). This module has no queries; see
+``kvreg_registry.services``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+DIGEST_LEN = 71  # len("sha256:") + 64
+ROLES = ("read", "write", "admin")
+
+# Stable constraint names, so that migrations can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timestamps stored as naive UTC and returned timezone-aware (UTC) on every backend."""
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        return None if value is None else value.replace(tzinfo=dt.UTC)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _digest_check(column: str) -> CheckConstraint:
+    return CheckConstraint(
+        f"length({column}) = {DIGEST_LEN} AND substr({column}, 1, 7) = 'sha256:'",
+        name=f"{column}_is_digest",
+    )
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Namespace(Base):
+    __tablename__ = "namespaces"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    public: Mapped[bool] = mapped_column(Boolean, default=False)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    disabled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class ApiToken(Base):
+    """A bearer token; only the SHA-256 of the token text is stored."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("length(token_hash) = 64", name="token_hash_is_sha256_hex"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    label: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Role(Base):
+    __tablename__ = "roles"
+    __table_args__ = (CheckConstraint("role IN ('read', 'write', 'admin')", name="role_known"),)
+
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(
+        ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(8))
+
+
+class SigningKey(Base):
+    """An Ed25519 public key whose signatures the namespace accepts on envelopes."""
+
+    __tablename__ = "signing_keys"
+    __table_args__ = (
+        CheckConstraint("length(keyid) = 71 AND substr(keyid, 1, 7) = 'sha256:'", name="keyid_is_digest"),
+        Index("uq_signing_keys_namespace_keyid", "namespace_id", "keyid", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
+    keyid: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    public_key: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class StoredObject(Base):
+    """An object whose verified bytes are in the storage backend."""
+
+    __tablename__ = "objects"
+    __table_args__ = (
+        _digest_check("digest"),
+        CheckConstraint("size >= 0", name="size_not_negative"),
+    )
+
+    digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class NamespaceObject(Base):
+    """A namespace holds an object: someone with write access to it uploaded the bytes."""
+
+    __tablename__ = "namespace_objects"
+
+    namespace_id: Mapped[int] = mapped_column(
+        ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str] = mapped_column(
+        ForeignKey("objects.digest", ondelete="RESTRICT"), primary_key=True, index=True
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Envelope(Base):
+    """A signed manifest stored in a namespace, with the fields search filters on."""
+
+    __tablename__ = "envelopes"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["namespace_id", "manifest_digest"],
+            ["namespace_objects.namespace_id", "namespace_objects.digest"],
+            name="fk_envelopes_manifest_held",
+            ondelete="RESTRICT",
+        ),
+        CheckConstraint("token_count >= 0 AND chunk_count >= 0 AND size >= 0", name="counts_not_negative"),
+        Index("ix_envelopes_created_at", "created_at"),
+        Index("ix_envelopes_model_fingerprint", "model_fingerprint"),
+        Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(
+        ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    envelope: Mapped[bytes] = mapped_column(LargeBinary)
+    signer_keyid: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    model_fingerprint: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    model_name: Mapped[str] = mapped_column(String(200), default="")
+    tokenizer_fingerprint: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    config_fingerprint: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    token_count: Mapped[int] = mapped_column(BigInteger)
+    chunk_count: Mapped[int] = mapped_column(Integer)
+    block_size: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(BigInteger)
+    merkle_root: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    verifier: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    verdict: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    title: Mapped[str] = mapped_column(Text, default="")
+    question: Mapped[str] = mapped_column(Text, default="")
+    search_text: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class EnvelopeObject(Base):
+    """An object an envelope's manifest references; keeps the object held (RESTRICT)."""
+
+    __tablename__ = "envelope_objects"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["namespace_id", "manifest_digest"],
+            ["envelopes.namespace_id", "envelopes.manifest_digest"],
+            name="fk_envelope_objects_envelope",
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["namespace_id", "digest"],
+            ["namespace_objects.namespace_id", "namespace_objects.digest"],
+            name="fk_envelope_objects_object_held",
+            ondelete="RESTRICT",
+        ),
+        Index("ix_envelope_objects_holder", "namespace_id", "digest"),
+        CheckConstraint("position >= 0", name="position_not_negative"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+
+
+class Ref(Base):
+    """``namespace/name`` → a manifest digest of an envelope in that namespace."""
+
+    __tablename__ = "refs"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["namespace_id", "manifest_digest"],
+            ["envelopes.namespace_id", "envelopes.manifest_digest"],
+            name="fk_refs_envelope",
+            ondelete="RESTRICT",
+        ),
+        Index("ix_refs_target", "namespace_id", "manifest_digest"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(
+        ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    is_tag: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class UploadSession(Base):
+    """A push in flight: GC keeps every object listed in it until it is closed or expires."""
+
+    __tablename__ = "upload_sessions"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    closed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class UploadDigest(Base):
+    __tablename__ = "upload_digests"
+    __table_args__ = (_digest_check("digest"),)
+
+    upload_id: Mapped[str] = mapped_column(
+        ForeignKey("upload_sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True, index=True)
+
+
+class AuditEntry(Base):
+    """One leaf of the append-only audit log: canonical JSON bytes and their RFC 6962 leaf hash."""
+
+    __tablename__ = "audit_entries"
+    __table_args__ = (
+        CheckConstraint("seq >= 0", name="seq_not_negative"),
+        CheckConstraint("length(leaf_hash) = 32", name="leaf_hash_is_sha256"),
+        Index("ix_audit_entries_namespace", "namespace"),
+        Index("ix_audit_entries_type", "type"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    type: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    entry: Mapped[bytes] = mapped_column(LargeBinary)
+    leaf_hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class LogHead(Base):
+    """The single row locked while appending to the audit log (dense sequence numbers)."""
+
+    __tablename__ = "log_head"
+    __table_args__ = (
+        CheckConstraint("id = 1", name="single_row"),
+        CheckConstraint("size >= 0", name="size_not_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    size: Mapped[int] = mapped_column(BigInteger)

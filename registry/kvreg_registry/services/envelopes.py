@@ -1,0 +1,215 @@
+"""Accepting a signed manifest into a namespace, reading it back, and deleting it.
+
+Order of checks (docs/protocol.md): the envelope parses; its payload hashes to the
+digest in the URL; a signature verifies with a non-revoked key registered for the
+namespace; the manifest parses and its Merkle root matches its chunk list; the
+namespace holds every object the manifest references. Only then are the envelope,
+its search fields and an audit entry written, in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from kvreg.core.digest import Digest
+from kvreg.core.envelope import PAYLOAD_TYPE, Envelope, pae
+from kvreg.core.errors import (
+    DigestMismatchError,
+    EnvelopeInvalidError,
+    EnvelopeNotFoundError,
+    InUseError,
+    ObjectsMissingError,
+    SignatureError,
+)
+from kvreg.core.keys import PublicKey
+from kvreg.core.manifest import Manifest
+from kvreg_registry import audit
+from kvreg_registry.auth import Principal
+from kvreg_registry.db.models import Envelope as EnvelopeRow
+from kvreg_registry.db.models import EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
+from kvreg_registry.services import objects as object_service
+
+
+@dataclass(frozen=True)
+class CheckedEnvelope:
+    """An envelope whose signature and manifest passed every check that needs no database rows
+    other than the keys."""
+
+    digest: Digest
+    raw: bytes
+    envelope: Envelope
+    manifest: Manifest
+    signer: PublicKey
+
+
+def check_envelope(digest: Digest, body: bytes, keys: list[SigningKey], namespace: str) -> CheckedEnvelope:
+    """Parse and verify ``body`` as the envelope of ``digest`` for ``namespace``; raise on any failure."""
+    envelope = Envelope.from_json_bytes(body)
+    if envelope.payload_type != PAYLOAD_TYPE:
+        raise EnvelopeInvalidError(f"payload type {envelope.payload_type!r} is not {PAYLOAD_TYPE!r}")
+    actual = envelope.manifest_digest
+    if actual != digest:
+        raise DigestMismatchError(
+            f"the envelope's payload hashes to {actual}, not {digest}",
+            expected=str(digest),
+            actual=str(actual),
+        )
+    if not envelope.signatures:
+        raise SignatureError("the envelope has no signatures")
+    message = pae(envelope.payload_type, envelope.payload)
+    signer: PublicKey | None = None
+    for row in keys:
+        if row.revoked_at is not None:
+            continue
+        key = PublicKey.from_text(row.public_key)
+        for sig in envelope.signatures:
+            try:
+                key.verify(sig.sig, message)
+            except SignatureError:
+                continue
+            signer = key
+            break
+        if signer is not None:
+            break
+    if signer is None:
+        claimed = sorted({s.keyid for s in envelope.signatures if s.keyid})
+        raise SignatureError(
+            f"no signature on this envelope verifies with a key registered for namespace {namespace!r}",
+            hint=f"an admin of {namespace!r} registers the signer's public key: "
+            f"kvreg-admin key add {namespace} PUBKEY",
+            claimed_keyids=claimed,
+        )
+    manifest = Manifest.from_bytes(envelope.payload)  # recomputes the Merkle root
+    return CheckedEnvelope(digest, body, envelope, manifest, signer)
+
+
+def _search_fields(manifest: Manifest) -> dict[str, object]:
+    a = manifest.annotations
+    parts: list[str] = []
+    for key in ("title", "question", "answer"):
+        v = a.get(key)
+        if isinstance(v, str):
+            parts.append(v)
+    tags = a.get("tags")
+    if isinstance(tags, list):
+        parts.extend(t for t in tags if isinstance(t, str))
+    for key, v in sorted(a.items()):
+        if key not in {"title", "question", "answer", "tags"} and isinstance(v, str):
+            parts.append(v)
+    v = manifest.verification
+    if v is not None:
+        parts.append(v.verifier)
+    parts.append(manifest.model.name or "")
+    return {
+        "title": a.get("title") if isinstance(a.get("title"), str) else "",
+        "question": a.get("question") if isinstance(a.get("question"), str) else "",
+        "search_text": "\n".join(parts).lower(),
+        "verifier": v.verifier[:200] if v else None,
+        "verdict": v.verdict if v else None,
+    }
+
+
+def store(
+    session: Session, principal: Principal, ns: Namespace, checked: CheckedEnvelope
+) -> tuple[EnvelopeRow, bool]:
+    """Record a checked envelope whose manifest object is already held by ``ns``.
+
+    Returns the row and whether it was new. Raises ``ObjectsMissingError`` when the
+    namespace lacks some referenced object.
+    """
+    existing = session.get(EnvelopeRow, (ns.id, checked.digest))
+    if existing is not None:
+        return existing, False
+    manifest = checked.manifest
+    referenced = manifest.object_digests()
+    absent = object_service.missing(session, ns, [checked.digest, *referenced])
+    if absent:
+        raise ObjectsMissingError(
+            f"namespace {ns.name!r} lacks {len(absent)} object(s) that the manifest references",
+            hint="upload the objects first (kvreg push does), then the envelope",
+            missing=[str(d) for d in absent[:1000]],
+        )
+    sizes = 0
+    for batch in object_service._batches([checked.digest, *referenced]):
+        sizes += (
+            session.scalar(
+                select(func.coalesce(func.sum(StoredObject.size), 0)).where(StoredObject.digest.in_(batch))
+            )
+            or 0
+        )
+    fields = _search_fields(manifest)
+    row = EnvelopeRow(
+        namespace_id=ns.id,
+        manifest_digest=checked.digest,
+        envelope=checked.raw,
+        signer_keyid=checked.signer.keyid,
+        model_fingerprint=manifest.model.fingerprint,
+        model_name=(manifest.model.name or "")[:200],
+        tokenizer_fingerprint=manifest.tokenizer.fingerprint,
+        config_fingerprint=manifest.config.fingerprint,
+        token_count=manifest.token_count,
+        chunk_count=len(manifest.chunks),
+        block_size=manifest.block_size,
+        size=sizes,
+        merkle_root=manifest.merkle_root,
+        created_by=principal.name,
+        **fields,
+    )
+    session.add(row)
+    session.flush()
+    session.execute(
+        EnvelopeObject.__table__.insert(),
+        [
+            {"namespace_id": ns.id, "manifest_digest": checked.digest, "digest": d, "position": i}
+            for i, d in enumerate(referenced)
+        ],
+    )
+    audit.append(
+        session,
+        "envelope.stored",
+        actor=principal.name,
+        namespace=ns.name,
+        subjects=[checked.digest],
+        new={"signer": checked.signer.keyid, "merkle_root": manifest.merkle_root, "objects": len(referenced)},
+    )
+    return row, True
+
+
+def get(session: Session, ns: Namespace, digest: Digest) -> EnvelopeRow:
+    row = session.get(EnvelopeRow, (ns.id, digest))
+    if row is None:
+        raise EnvelopeNotFoundError(f"namespace {ns.name!r} has no envelope {digest}")
+    return row
+
+
+def delete_envelope(session: Session, principal: Principal, ns: Namespace, digest: Digest) -> None:
+    principal.require(session, ns, "admin")
+    get(session, ns, digest)
+    refs = session.scalars(
+        select(Ref.name).where(Ref.namespace_id == ns.id, Ref.manifest_digest == digest).order_by(Ref.name)
+    ).all()
+    if refs:
+        raise InUseError(
+            f"refs still point at {digest}: {', '.join(f'{ns.name}/{r}' for r in refs)}",
+            hint="move or delete those refs first",
+            refs=list(refs),
+        )
+    session.execute(
+        delete(EnvelopeObject).where(
+            EnvelopeObject.namespace_id == ns.id, EnvelopeObject.manifest_digest == digest
+        )
+    )
+    session.execute(
+        delete(EnvelopeRow).where(EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest == digest)
+    )
+    audit.append(
+        session,
+        "envelope.deleted",
+        actor=principal.name,
+        namespace=ns.name,
+        subjects=[digest],
+        old=str(digest),
+    )

@@ -1,0 +1,146 @@
+"""Garbage collection: drop what no envelope references, after a grace period.
+
+One pass, in this order:
+
+1. close upload sessions that have expired;
+2. drop a namespace's hold on an object that no envelope of that namespace
+   references (as a chunk, tokens, text, witness, prompt or as the manifest
+   itself), that is older than the grace period, and that no open upload session
+   lists (a push in flight);
+3. delete every object that no namespace holds, older than the grace period and
+   listed in no open session: row and bytes together, under the object's row lock
+   (``objects.lock_object``), the same lock an upload holds while it makes an
+   object visible, so GC never deletes bytes an upload has just reported stored;
+4. delete orphan bytes in storage (no row: a crash between storage and database)
+   older than the grace period, and leftovers of crashed uploads.
+
+Foreign keys back this up: the database refuses to drop a hold that an envelope
+references. The GC run is logged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import and_, delete, exists, select
+
+from kvreg.core.digest import Digest
+from kvreg_registry import audit
+from kvreg_registry.auth import Principal
+from kvreg_registry.db.engine import Database
+from kvreg_registry.db.models import Envelope, EnvelopeObject, NamespaceObject, StoredObject, utcnow
+from kvreg_registry.services import objects as object_service
+from kvreg_registry.storage.base import ObjectStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GcReport:
+    sessions_expired: int = 0
+    links_removed: int = 0
+    objects_removed: int = 0
+    bytes_removed: int = 0
+    orphans_removed: int = 0
+    incomplete_removed: int = 0
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, int | bool]:
+        return asdict(self)
+
+
+def collect_garbage(
+    db: Database, storage: ObjectStorage, principal: Principal, *, grace_seconds: int, dry_run: bool = False
+) -> GcReport:
+    principal.require_admin()
+    report = GcReport(dry_run=dry_run)
+    cutoff = utcnow() - dt.timedelta(seconds=grace_seconds)
+
+    with db.write() as s:
+        report.sessions_expired = 0 if dry_run else object_service.expire_sessions(s)
+        in_flight = object_service.in_open_sessions_clause()
+        referenced = exists().where(
+            EnvelopeObject.namespace_id == NamespaceObject.namespace_id,
+            EnvelopeObject.digest == NamespaceObject.digest,
+        )
+        is_manifest = exists().where(
+            Envelope.namespace_id == NamespaceObject.namespace_id,
+            Envelope.manifest_digest == NamespaceObject.digest,
+        )
+        stale_links = and_(
+            NamespaceObject.created_at < cutoff,
+            ~referenced,
+            ~is_manifest,
+            NamespaceObject.digest.not_in(in_flight),
+        )
+        if dry_run:
+            report.links_removed = len(s.execute(select(NamespaceObject.digest).where(stale_links)).all())
+        else:
+            result = s.execute(
+                delete(NamespaceObject).where(stale_links).execution_options(synchronize_session=False)
+            )
+            report.links_removed = result.rowcount or 0
+
+    with db.read() as s:
+        candidates = s.execute(
+            select(StoredObject.digest, StoredObject.size).where(
+                StoredObject.created_at < cutoff,
+                ~exists().where(NamespaceObject.digest == StoredObject.digest),
+                StoredObject.digest.not_in(object_service.in_open_sessions_clause()),
+            )
+        ).all()
+    for digest, size in candidates:
+        if dry_run:
+            report.objects_removed += 1
+            report.bytes_removed += size
+            continue
+        with db.write() as s:
+            row = s.execute(
+                select(StoredObject).where(StoredObject.digest == digest).with_for_update()
+            ).scalar_one_or_none()
+            if row is None:
+                continue
+            still_held = s.scalar(select(exists().where(NamespaceObject.digest == digest)))
+            in_session = object_service.in_open_session(s, digest)
+            if still_held or in_session:
+                continue
+            storage.delete(Digest(digest))
+            s.delete(row)
+        report.objects_removed += 1
+        report.bytes_removed += size
+
+    known_cutoff = cutoff.timestamp()
+    with db.read() as s:
+        in_flight_now = set(s.scalars(object_service.in_open_sessions_clause()).all())
+    for obj in storage.iter_objects():
+        if obj.mtime >= known_cutoff or obj.digest in in_flight_now:
+            continue
+        if dry_run:
+            with db.read() as s:
+                if s.get(StoredObject, obj.digest) is None:
+                    report.orphans_removed += 1
+            continue
+        with db.write() as s:
+            if s.get(StoredObject, obj.digest) is not None:
+                continue
+            # Lock the digest the way an upload does, then delete the bytes that no row claims.
+            object_service.lock_object(s, obj.digest, obj.size)
+            storage.delete(obj.digest)
+            s.execute(delete(StoredObject).where(StoredObject.digest == obj.digest))
+        report.orphans_removed += 1
+    if not dry_run:
+        report.incomplete_removed = storage.sweep_incomplete(grace_seconds)
+        with db.write() as s:
+            audit.append(
+                s,
+                "gc.run",
+                actor=principal.name,
+                details={
+                    "grace_seconds": grace_seconds,
+                    **{k: v for k, v in report.to_dict().items() if k != "dry_run"},
+                },
+            )
+    log.info("gc: %s", report)
+    return report

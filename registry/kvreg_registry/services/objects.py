@@ -1,0 +1,192 @@
+"""Which objects a namespace holds, upload sessions, and the per-object lock.
+
+Bytes live in the storage backend; this module keeps the metadata in step with it:
+
+- ``objects`` says the verified bytes of a digest are in storage;
+- ``namespace_objects`` says a namespace holds it (someone with write access
+  uploaded it there);
+- upload sessions list the digests of a push in flight; GC keeps them.
+
+:func:`lock_object` is the one serialization point between an upload making an
+object visible and garbage collection deleting it: both run their storage change
+while holding the object's row lock, inside a write transaction, so GC can never
+delete bytes that an upload has just been told are stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
+
+from kvreg.core.digest import Digest
+from kvreg.core.errors import (
+    DigestMismatchError,
+    ObjectNotFoundError,
+    RequestInvalidError,
+    UploadNotFoundError,
+)
+from kvreg_registry.db.engine import insert_ignore
+from kvreg_registry.db.models import (
+    Namespace,
+    NamespaceObject,
+    StoredObject,
+    UploadDigest,
+    UploadSession,
+    utcnow,
+)
+
+BATCH = 500
+
+
+def parse_digests(values: object, *, limit: int) -> list[Digest]:
+    """A JSON list of digest strings, validated and deduplicated in order."""
+    from kvreg.core.errors import BodyTooLargeError
+
+    if not isinstance(values, list):
+        raise RequestInvalidError("'digests' must be an array of digest strings")
+    if len(values) > limit:
+        raise BodyTooLargeError(f"{len(values)} digests in one request, more than the limit {limit}")
+    out: list[Digest] = []
+    seen: set[str] = set()
+    for v in values:
+        d = Digest(v)
+        if d not in seen:
+            seen.add(d)
+            out.append(d)
+    return out
+
+
+def _batches(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), BATCH):
+        yield items[i : i + BATCH]
+
+
+def held(session: Session, ns: Namespace, digests: Sequence[str]) -> set[str]:
+    """The subset of ``digests`` that ``ns`` holds."""
+    out: set[str] = set()
+    for batch in _batches(digests):
+        out.update(
+            session.scalars(
+                select(NamespaceObject.digest).where(
+                    NamespaceObject.namespace_id == ns.id, NamespaceObject.digest.in_(batch)
+                )
+            ).all()
+        )
+    return out
+
+
+def missing(session: Session, ns: Namespace, digests: Sequence[Digest]) -> list[Digest]:
+    have = held(session, ns, digests)
+    return [d for d in digests if d not in have]
+
+
+def held_size(session: Session, ns: Namespace, digest: Digest) -> int:
+    """The size of an object ``ns`` holds; ``ObjectNotFoundError`` otherwise."""
+    size = session.scalar(
+        select(StoredObject.size)
+        .join(NamespaceObject, NamespaceObject.digest == StoredObject.digest)
+        .where(NamespaceObject.namespace_id == ns.id, StoredObject.digest == digest)
+    )
+    if size is None:
+        raise ObjectNotFoundError(f"namespace {ns.name!r} has no object {digest}")
+    return size
+
+
+def open_session(
+    session: Session, ns: Namespace, user_id: int | None, digests: Sequence[Digest], ttl_seconds: int
+) -> UploadSession:
+    now = utcnow()
+    row = UploadSession(
+        id=str(uuid.uuid4()),
+        namespace_id=ns.id,
+        user_id=user_id,
+        created_at=now,
+        expires_at=now + dt.timedelta(seconds=ttl_seconds),
+    )
+    session.add(row)
+    session.flush()
+    add_to_session(session, row.id, digests)
+    return row
+
+
+def add_to_session(session: Session, upload_id: str, digests: Sequence[str]) -> None:
+    for batch in _batches(digests):
+        insert_ignore(session, UploadDigest.__table__, [{"upload_id": upload_id, "digest": d} for d in batch])
+
+
+def get_open_session(session: Session, ns: Namespace, upload_id: str) -> UploadSession:
+    try:
+        uuid.UUID(upload_id)
+    except (ValueError, TypeError):
+        raise RequestInvalidError(f"not an upload id: {upload_id!r}") from None
+    row = session.get(UploadSession, upload_id)
+    if row is None or row.namespace_id != ns.id or row.closed_at is not None or row.expires_at <= utcnow():
+        raise UploadNotFoundError(f"no open upload session {upload_id} in namespace {ns.name!r}")
+    return row
+
+
+def close_session(session: Session, ns: Namespace, upload_id: str) -> None:
+    try:
+        uuid.UUID(upload_id)
+    except (ValueError, TypeError):
+        raise RequestInvalidError(f"not an upload id: {upload_id!r}") from None
+    row = session.get(UploadSession, upload_id)
+    if row is None or row.namespace_id != ns.id:
+        raise UploadNotFoundError(f"no upload session {upload_id} in namespace {ns.name!r}")
+    if row.closed_at is None:
+        row.closed_at = utcnow()
+
+
+def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:
+    """Insert the object's row if absent and lock it for the rest of the transaction."""
+    insert_ignore(session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}])
+    row = session.execute(
+        select(StoredObject).where(StoredObject.digest == digest).with_for_update()
+    ).scalar_one()
+    if row.size != size:
+        # Same digest, other length: these bytes cannot hash to the digest.
+        raise DigestMismatchError(
+            f"object {digest} has {row.size} bytes; the uploaded bytes ({size}) cannot hash to it"
+        )
+    return row
+
+
+def hold(session: Session, ns: Namespace, digest: Digest) -> bool:
+    """Record that ``ns`` holds ``digest`` (already in ``objects``); True if new."""
+    return (
+        insert_ignore(
+            session,
+            NamespaceObject.__table__,
+            [{"namespace_id": ns.id, "digest": digest, "created_at": utcnow()}],
+        )
+        > 0
+    )
+
+
+def expire_sessions(session: Session) -> int:
+    now = utcnow()
+    result = session.execute(
+        update(UploadSession)
+        .where(UploadSession.closed_at.is_(None), UploadSession.expires_at <= now)
+        .values(closed_at=now)
+    )
+    return result.rowcount or 0
+
+
+def in_open_sessions_clause():  # type: ignore[no-untyped-def]
+    """A subquery of the digests listed in open, unexpired upload sessions."""
+    return (
+        select(UploadDigest.digest)
+        .join(UploadSession, UploadSession.id == UploadDigest.upload_id)
+        .where(UploadSession.closed_at.is_(None), UploadSession.expires_at > utcnow())
+    )
+
+
+def in_open_session(session: Session, digest: str) -> bool:
+    return bool(
+        session.scalar(select(exists(in_open_sessions_clause().where(UploadDigest.digest == digest))))
+    )

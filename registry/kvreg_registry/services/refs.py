@@ -1,0 +1,168 @@
+"""Refs and immutable tags, moved only by compare-and-swap.
+
+``put`` takes the expected current value: ``None`` means "must not exist"
+(``If-None-Match: *``), a digest means "must be at exactly this digest"
+(``If-Match``). The row is locked (``FOR UPDATE``) before it is compared, and the
+update itself repeats the comparison, so of two racing writers exactly one wins
+and the other gets ``RefConflictError`` — on SQLite and on PostgreSQL. A tag can
+be created, never moved or deleted. Every change appends an audit entry.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from kvreg.core.digest import Digest
+from kvreg.core.errors import (
+    ManifestUnknownError,
+    RefConflictError,
+    RefNotFoundError,
+    RequestInvalidError,
+    TagImmutableError,
+)
+from kvreg.core.names import validate_name
+from kvreg_registry import audit
+from kvreg_registry.auth import Principal
+from kvreg_registry.db.models import Envelope, Namespace, Ref, utcnow
+
+
+def get(session: Session, ns: Namespace, name: str, *, lock: bool = False) -> Ref:
+    validate_name(name)
+    stmt = select(Ref).where(Ref.namespace_id == ns.id, Ref.name == name)
+    row = session.scalar(stmt.with_for_update() if lock else stmt)
+    if row is None:
+        raise RefNotFoundError(f"no ref {ns.name}/{name}")
+    return row
+
+
+def list_refs(session: Session, ns: Namespace) -> list[Ref]:
+    return list(session.scalars(select(Ref).where(Ref.namespace_id == ns.id).order_by(Ref.name)).all())
+
+
+def _tag_error(ns: Namespace, row: Ref) -> TagImmutableError:
+    return TagImmutableError(
+        f"{ns.name}/{row.name} is an immutable tag (at {row.manifest_digest})",
+        hint="push under another name",
+        current=row.manifest_digest,
+    )
+
+
+def put(
+    session: Session,
+    principal: Principal,
+    ns: Namespace,
+    name: str,
+    digest: Digest,
+    *,
+    expected: Digest | None,
+    tag: bool = False,
+) -> tuple[Ref, bool]:
+    """Create (``expected=None``) or move (``expected=digest``) a ref; returns (row, created)."""
+    validate_name(name)
+    principal.require(session, ns, "write")
+    if session.get(Envelope, (ns.id, digest)) is None:
+        raise ManifestUnknownError(
+            f"namespace {ns.name!r} has no envelope {digest}",
+            hint="upload the envelope before moving the ref",
+        )
+    current = session.scalar(select(Ref).where(Ref.namespace_id == ns.id, Ref.name == name).with_for_update())
+    now = utcnow()
+    if expected is None:
+        if current is not None:
+            if current.is_tag:
+                raise _tag_error(ns, current)
+            raise RefConflictError(
+                f"{ns.name}/{name} exists already (at {current.manifest_digest})",
+                current=current.manifest_digest,
+            )
+        row = Ref(
+            namespace_id=ns.id,
+            name=name,
+            manifest_digest=digest,
+            is_tag=tag,
+            created_at=now,
+            updated_at=now,
+            updated_by=principal.name,
+        )
+        session.add(row)
+        try:
+            with session.begin_nested():
+                session.flush()
+        except IntegrityError:
+            raise RefConflictError(f"{ns.name}/{name} was created concurrently") from None
+        audit.append(
+            session,
+            "tag.created" if tag else "ref.created",
+            actor=principal.name,
+            namespace=ns.name,
+            subjects=[digest],
+            old=None,
+            new=str(digest),
+            details={"ref": f"{ns.name}/{name}"},
+        )
+        return row, True
+    if tag:
+        raise RequestInvalidError(
+            "a tag is made when the ref is created (If-None-Match: *), never by moving it"
+        )
+    if current is None:
+        raise RefConflictError(f"{ns.name}/{name} does not exist (expected it at {expected})", current=None)
+    if current.is_tag:
+        raise _tag_error(ns, current)
+    if current.manifest_digest != expected:
+        raise RefConflictError(
+            f"{ns.name}/{name} is at {current.manifest_digest}, not {expected}: it moved since it was read",
+            hint="pull or re-read the ref, then retry",
+            current=current.manifest_digest,
+        )
+    result = session.execute(
+        update(Ref)
+        .where(
+            Ref.namespace_id == ns.id,
+            Ref.name == name,
+            Ref.manifest_digest == expected,
+            Ref.is_tag.is_(False),
+        )
+        .values(manifest_digest=digest, updated_at=now, updated_by=principal.name)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        raise RefConflictError(f"{ns.name}/{name} moved concurrently", current=None)
+    audit.append(
+        session,
+        "ref.moved",
+        actor=principal.name,
+        namespace=ns.name,
+        subjects=[digest],
+        old=str(expected),
+        new=str(digest),
+        details={"ref": f"{ns.name}/{name}"},
+    )
+    session.refresh(current)
+    return current, False
+
+
+def remove(session: Session, principal: Principal, ns: Namespace, name: str, *, expected: Digest) -> None:
+    principal.require(session, ns, "admin")
+    row = get(session, ns, name, lock=True)
+    if row.is_tag:
+        raise _tag_error(ns, row)
+    if row.manifest_digest != expected:
+        raise RefConflictError(
+            f"{ns.name}/{name} is at {row.manifest_digest}, not {expected}", current=row.manifest_digest
+        )
+    session.execute(
+        delete(Ref).where(Ref.namespace_id == ns.id, Ref.name == name, Ref.manifest_digest == expected)
+    )
+    audit.append(
+        session,
+        "ref.deleted",
+        actor=principal.name,
+        namespace=ns.name,
+        subjects=[expected],
+        old=str(expected),
+        new=None,
+        details={"ref": f"{ns.name}/{name}"},
+    )

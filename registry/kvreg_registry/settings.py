@@ -1,0 +1,147 @@
+"""The registry's settings: where metadata and objects live, limits, and defaults.
+
+Settings are a frozen dataclass built explicitly (``Settings(...)``) or from the
+environment (``Settings.from_env()``, variables ``KVREG_*``); nothing is read at
+import time. The embedded defaults need no setup: SQLite (WAL) for metadata and a
+local folder for objects, both under one data folder. This module does not open
+databases or storage; ``kvreg_registry.db`` and ``kvreg_registry.storage`` do.
+
+=============================  ==============================================  =====================
+variable                       meaning                                         default
+=============================  ==============================================  =====================
+``KVREG_DATA``                 data folder (SQLite file, objects, log key)     ``./kvreg-data``
+``KVREG_DATABASE_URL``         SQLAlchemy URL (``postgresql+psycopg://...``)   SQLite in the data dir
+``KVREG_STORAGE``              ``/path``, ``file:///path`` or ``s3://b/pfx``   ``<data>/objects``
+``KVREG_S3_ENDPOINT``          S3 endpoint URL (SeaweedFS, MinIO, AWS)         boto3's default
+``KVREG_S3_ACCESS_KEY``        S3 credentials (else boto3's own chain)         unset
+``KVREG_S3_SECRET_KEY``
+``KVREG_S3_REGION``                                                            ``us-east-1``
+``KVREG_S3_REDIRECT``          answer object GETs with a presigned redirect    ``0``
+``KVREG_MAX_OBJECT_BYTES``     largest object accepted                         8 GiB
+``KVREG_MAX_JSON_BYTES``       largest JSON body (envelopes, queries)          16 MiB
+``KVREG_MAX_MISSING_DIGESTS``  digests per missing query                       100000
+``KVREG_UPLOAD_TTL_SECONDS``   how long an upload session protects objects     3600
+``KVREG_GC_GRACE_SECONDS``     default GC grace period                         3600
+``KVREG_PUBLIC_URL``           base URL shown to users (pull commands)         the request's
+=============================  ==============================================  =====================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kvreg.core.errors import ConfigError
+
+ENV_PREFIX = "KVREG_"
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{ENV_PREFIX}{name} must be a boolean (1/0, true/false), not {raw!r}")
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """How to reach an S3-compatible store; ``None`` fields fall back to boto3's defaults."""
+
+    endpoint_url: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    region: str = "us-east-1"
+    redirect: bool = False
+
+    def as_storage_options(self) -> dict[str, Any]:
+        return {
+            "endpoint_url": self.endpoint_url,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+            "region": self.region,
+            "redirect": self.redirect,
+        }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the app needs; see the module docstring for the environment variables."""
+
+    data_dir: Path = Path("kvreg-data")
+    database_url: str | None = None
+    storage_url: str | None = None
+    s3: S3Options = S3Options()
+    max_object_bytes: int = 8 * GIB
+    max_json_bytes: int = 16 * MIB
+    max_missing_digests: int = 100_000
+    upload_ttl_seconds: int = 3600
+    gc_grace_seconds: int = 3600
+    public_url: str | None = None
+    # Create the schema with alembic on startup when the database is empty or behind
+    # (the embedded default). Deployments that migrate by hand set it to False.
+    migrate_on_start: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``KVREG_*`` variables (``os.environ`` by default), then ``overrides``."""
+        e = os.environ if env is None else env
+        settings = cls(
+            data_dir=Path(e.get(ENV_PREFIX + "DATA") or "kvreg-data"),
+            database_url=e.get(ENV_PREFIX + "DATABASE_URL") or None,
+            storage_url=e.get(ENV_PREFIX + "STORAGE") or None,
+            s3=S3Options(
+                endpoint_url=e.get(ENV_PREFIX + "S3_ENDPOINT") or None,
+                access_key=e.get(ENV_PREFIX + "S3_ACCESS_KEY") or None,
+                secret_key=e.get(ENV_PREFIX + "S3_SECRET_KEY") or None,
+                region=e.get(ENV_PREFIX + "S3_REGION") or "us-east-1",
+                redirect=_bool(e, "S3_REDIRECT", False),
+            ),
+            max_object_bytes=_int(e, "MAX_OBJECT_BYTES", 8 * GIB),
+            max_json_bytes=_int(e, "MAX_JSON_BYTES", 16 * MIB),
+            max_missing_digests=_int(e, "MAX_MISSING_DIGESTS", 100_000),
+            upload_ttl_seconds=_int(e, "UPLOAD_TTL_SECONDS", 3600),
+            gc_grace_seconds=_int(e, "GC_GRACE_SECONDS", 3600, minimum=0),
+            public_url=e.get(ENV_PREFIX + "PUBLIC_URL") or None,
+            migrate_on_start=_bool(e, "MIGRATE_ON_START", True),
+        )
+        return replace(settings, **overrides) if overrides else settings
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'registry.sqlite3').resolve()}"
+
+    @property
+    def effective_storage_url(self) -> str:
+        if self.storage_url:
+            return self.storage_url
+        return str((self.data_dir / "objects").resolve())
+
+    @property
+    def log_key_path(self) -> Path:
+        """The registry's own signing key for log checkpoints (the audit-log issue uses it)."""
+        return self.data_dir / "log.key"
