@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 import kvreg
-from kvreg.cli import demo, deposit, graft, inspect, keys, maintenance, output, trust
+from kvreg.cli import demo, deposit, graft, inspect, keys, maintenance, output, remote, trust
 
 HELP = (
     "kvreg: a content-addressed, git-like registry for LLM KV-cache states, "
@@ -96,6 +96,7 @@ def build_app() -> typer.Typer:
     graft.register(app)
     inspect.register(app)
     maintenance.register(app)
+    remote.register(app)
     demo.register(app)
     return app
 

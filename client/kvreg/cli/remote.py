@@ -1,0 +1,414 @@
+"""``kvreg remote add|list|remove``, ``login``, ``logout``, ``push``, ``pull``, ``ls-remote``.
+
+Thin commands over ``kvreg.remote``: they parse arguments, build a client for a
+named remote, call the library and render its report. On a terminal (and without
+``--json``) transfers show rich progress bars on stderr; with ``--json`` there is
+no progress and the report is the one JSON document on stdout. Tokens are read
+from ``--token``, from stdin (``--token-stdin``) or from a hidden prompt, checked
+with the registry's ``whoami`` and never printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+from kvreg.cli import common, output
+from kvreg.core.errors import UsageError
+from kvreg.core.names import RefName, validate_namespace
+from kvreg.remote.config import Credentials, RemoteConfig, connect, validate_remote_name, validate_token
+from kvreg.remote.http import RegistryClient
+from kvreg.remote.progress import NullProgress, Progress
+from kvreg.remote.transfer import pull as pull_artifact
+from kvreg.remote.transfer import push as push_artifact
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (no progress).")]
+RemoteArg = Annotated[str, typer.Argument(metavar="NAME", help="A remote's name (see: kvreg remote list).")]
+JobsOpt = Annotated[
+    int,
+    typer.Option("--jobs", "-j", min=1, max=64, help="Objects transferred in parallel.", show_default=True),
+]
+
+_MAX_STDIN_TOKEN = 4096
+
+
+def _human(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _parse_ref(value: str, what: str) -> RefName:
+    try:
+        return RefName.parse(value)
+    except UsageError as e:
+        raise UsageError(f"{what}: {e.message}", hint=e.hint) from e
+
+
+# --- progress bars ---------------------------------------------------------------------------
+
+
+class _Bars:
+    """A ``Progress`` (kvreg.remote.progress) drawn with rich on stderr: bytes, rate, ETA, objects."""
+
+    def __init__(self, console: Console, label: str) -> None:
+        self._label = label
+        self._bars = RichProgress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[objects]}"),
+            console=console,
+            transient=False,
+        )
+        self._task: Any = None
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = 0
+
+    def start(self, total_bytes: int, total_objects: int) -> None:
+        if total_objects == 0:
+            return
+        self._total = total_objects
+        self._bars.start()
+        self._task = self._bars.add_task(self._label, total=total_bytes, objects=f"0/{total_objects} objects")
+
+    def advance(self, n_bytes: int) -> None:
+        if self._task is not None:
+            self._bars.advance(self._task, n_bytes)
+
+    def object_done(self) -> None:
+        if self._task is None:
+            return
+        with self._lock:
+            self._done += 1
+            text = f"{self._done}/{self._total} objects"
+        self._bars.update(self._task, objects=text)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._bars.stop()
+
+
+@contextmanager
+def _progress(out: output.Output, label: str) -> Iterator[Progress]:
+    if out.json or not out.err.is_terminal:
+        yield NullProgress()
+        return
+    bars = _Bars(out.err, label)
+    try:
+        yield bars
+    finally:
+        bars.stop()
+
+
+# --- remote add / list / remove ----------------------------------------------------------------
+
+
+def remote_add(
+    ctx: typer.Context,
+    name: RemoteArg,
+    url: Annotated[str, typer.Argument(metavar="URL", help="The registry's address (http:// or https://).")],
+    replace: Annotated[bool, typer.Option("--replace", help="Change the URL of an existing remote.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Add a registry under a short NAME (stored in $KVREG_HOME/config.json).
+
+    Nothing is contacted; log in next if the registry needs a token.
+
+    Example: kvreg remote add origin https://registry.example.org
+    """
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    remote = RemoteConfig(home).add(name, url, replace=replace)
+    out.result(
+        {"name": remote.name, "url": remote.url},
+        lambda c: c.print(f"remote [bold]{escape(remote.name)}[/bold] -> {escape(remote.url)}"),
+    )
+
+
+def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+    """List the configured remotes and whether a token is stored for each."""
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    remotes = RemoteConfig(home).list()
+    logged_in = set(Credentials(home).names()) if remotes else set()
+    rows = [{"name": r.name, "url": r.url, "logged_in": r.name in logged_in} for r in remotes]
+
+    def render(console: Console) -> None:
+        if not rows:
+            console.print("no remotes; add one with: kvreg remote add NAME URL")
+            return
+        table = Table()
+        for col in ("name", "url", "token"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(escape(r["name"]), escape(r["url"]), "stored" if r["logged_in"] else "-")
+        console.print(table)
+
+    out.result({"remotes": rows}, render)
+
+
+def remote_remove(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
+    """Remove a remote (and its stored token)."""
+    out = output.get(ctx, json_output)
+    remote = RemoteConfig(common.home(ctx)).remove(name)
+    out.result(
+        {"name": remote.name, "url": remote.url, "removed": True},
+        lambda c: c.print(f"removed remote {escape(remote.name)} ({escape(remote.url)})"),
+    )
+
+
+# --- login / logout --------------------------------------------------------------------------
+
+
+def _read_token(token: str | None, token_stdin: bool) -> str:
+    if token is not None and token_stdin:
+        raise UsageError("give the token either with --token or with --token-stdin, not both")
+    if token_stdin:
+        return validate_token(sys.stdin.read(_MAX_STDIN_TOKEN + 1)[:_MAX_STDIN_TOKEN])
+    if token is not None:
+        return validate_token(token)
+    if sys.stdin.isatty():
+        return validate_token(typer.prompt("Token", hide_input=True, err=True))
+    raise UsageError(
+        "no token given",
+        hint="pass --token TOKEN, or pipe it in with --token-stdin (keeps it out of the shell history)",
+    )
+
+
+def login(
+    ctx: typer.Context,
+    name: RemoteArg,
+    token: Annotated[
+        str | None, typer.Option("--token", metavar="TOKEN", help="The API token (kvreg_...).")
+    ] = None,
+    token_stdin: Annotated[bool, typer.Option("--token-stdin", help="Read the token from stdin.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Store a token for the remote NAME after checking it with the registry.
+
+    The token goes to $KVREG_HOME/credentials.json (mode 0600) and is never
+    printed. Scripts may set $KVREG_TOKEN instead; it takes precedence for every
+    remote.
+
+    Examples: kvreg login origin --token kvreg_XXXX ; echo "$TOKEN" | kvreg login origin --token-stdin
+    """
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    remote = RemoteConfig(home).get(validate_remote_name(name))
+    value = _read_token(token, token_stdin)
+    with RegistryClient(remote.url, value, remote_name=name, retries=2) as client:
+        who = client.whoami()
+    Credentials(home).set(name, value)
+    user = who.get("user")
+    roles = who.get("roles") if isinstance(who.get("roles"), dict) else {}
+    data = {
+        "remote": name,
+        "url": remote.url,
+        "user": user,
+        "admin": who.get("admin") is True,
+        "roles": roles,
+    }
+
+    def render(console: Console) -> None:
+        console.print(
+            f"logged in to {escape(name)} ({escape(remote.url)}) as [bold]{escape(str(user))}[/bold]"
+        )
+        if data["admin"]:
+            console.print("server admin: every role in every namespace")
+        for ns, role in sorted(roles.items()):
+            console.print(f"  {escape(str(ns))}: {escape(str(role))}")
+
+    out.result(data, render)
+
+
+def logout(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
+    """Forget the stored token of the remote NAME (nothing is revoked on the registry)."""
+    out = output.get(ctx, json_output)
+    removed = Credentials(common.home(ctx)).remove(validate_remote_name(name))
+    out.result(
+        {"remote": name, "removed": removed},
+        lambda c: c.print(
+            f"logged out of {escape(name)}" if removed else f"no token stored for {escape(name)}"
+        ),
+    )
+
+
+# --- push / pull -----------------------------------------------------------------------------
+
+
+def push(
+    ctx: typer.Context,
+    name: RemoteArg,
+    ref: Annotated[str, typer.Argument(metavar="REF", help="The local ref to push (NS/NAME).")],
+    as_: Annotated[
+        str | None,
+        typer.Option("--as", metavar="NS/NAME", help="The ref's name on the registry (default: REF)."),
+    ] = None,
+    tag: Annotated[
+        bool, typer.Option("--tag", help="Create the remote ref as an immutable tag (it must not exist).")
+    ] = False,
+    jobs: JobsOpt = 4,
+    json_output: JsonOpt = False,
+) -> None:
+    """Push a local artifact (objects, signed manifest, then the ref) to the remote NAME.
+
+    Only the objects the registry lacks are sent; an interrupted push resumes
+    when run again. The remote ref moves by compare-and-swap from the value read
+    just before, so a concurrent change is never overwritten silently.
+
+    Examples: kvreg push origin aime25/p07 ; kvreg push origin aime25/p07 --as aime25/p07-v1 --tag
+    """
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    local = _parse_ref(ref, "REF")
+    target = _parse_ref(as_, "--as") if as_ is not None else None
+    known = common.local_public_keys(home).values()
+    with connect(home, name) as client, _progress(out, f"push {local}") as progress:
+        report = push_artifact(
+            home, client, local, remote_ref=target, tag=tag, jobs=jobs, progress=progress, known_keys=known
+        )
+    data = report.to_dict()
+
+    def render(console: Console) -> None:
+        if report.ref_changed:
+            what = "created" if report.old is None else f"moved from {report.old}"
+            if report.tag:
+                what += " (tag)"
+        else:
+            what = "already up to date"
+        console.print(
+            f"pushed {escape(report.ref)} to {escape(name)} as [bold]{escape(report.remote_ref)}[/bold]: "
+            f"{report.objects_sent} of {report.objects_total} objects sent ({_human(report.bytes_sent)}), "
+            f"ref {what}"
+        )
+        console.print(f"manifest {report.digest}")
+
+    out.result(data, render)
+
+
+def pull(
+    ctx: typer.Context,
+    name: RemoteArg,
+    ref: Annotated[str, typer.Argument(metavar="REF", help="The registry's ref to pull (NS/NAME).")],
+    as_: Annotated[
+        str | None,
+        typer.Option("--as", metavar="NS/NAME", help="The local ref to set (default: REF)."),
+    ] = None,
+    jobs: JobsOpt = 4,
+    json_output: JsonOpt = False,
+) -> None:
+    """Pull an artifact from the remote NAME: verify its signature, fetch what is missing, set the ref.
+
+    The signature is checked against this store's trust policy (kvreg trust
+    list) for the local ref's namespace before any object is downloaded; every
+    object is checked against its digest before it enters the store (a mismatch
+    stores nothing and exits 3). An interrupted pull resumes when run again.
+
+    Examples: kvreg pull origin aime25/p07 ; kvreg pull origin aime25/p07 --as mine/p07 -j 8
+    """
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    remote_ref = _parse_ref(ref, "REF")
+    local = _parse_ref(as_, "--as") if as_ is not None else None
+    known = common.local_public_keys(home).values()
+    with connect(home, name) as client, _progress(out, f"pull {remote_ref}") as progress:
+        report = pull_artifact(
+            home, client, remote_ref, local_ref=local, jobs=jobs, progress=progress, known_keys=known
+        )
+    data = report.to_dict()
+
+    def render(console: Console) -> None:
+        fetched = report.objects_downloaded + report.objects_staged
+        if report.ref_changed:
+            what = "created" if report.old is None else f"moved from {report.old}"
+            if report.tag:
+                what += " (tag)"
+        else:
+            what = "already up to date"
+        console.print(
+            f"pulled {escape(report.ref)} from {escape(name)} as [bold]{escape(report.local_ref)}[/bold]: "
+            f"{fetched} of {report.objects_total} objects fetched ({_human(report.bytes_downloaded)}), "
+            f"{report.objects_local} already here; ref {what}"
+        )
+        console.print(f"manifest {report.digest}, signed by {report.signer or '?'}")
+
+    out.result(data, render)
+
+
+# --- ls-remote -------------------------------------------------------------------------------
+
+
+def ls_remote(
+    ctx: typer.Context,
+    name: RemoteArg,
+    namespace: Annotated[
+        str | None,
+        typer.Argument(metavar="[NAMESPACE]", help="Only this namespace (default: every one you can read)."),
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """List the refs of the remote NAME.
+
+    Examples: kvreg ls-remote origin ; kvreg ls-remote origin aime25 --json
+    """
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    with connect(home, name) as client:
+        namespaces = [validate_namespace(namespace)] if namespace is not None else client.list_namespaces()
+        entries = [e for ns in namespaces for e in client.list_refs(ns)]
+    rows = [e.to_dict() for e in entries]
+
+    def render(console: Console) -> None:
+        if not rows:
+            where = f"namespace {namespace}" if namespace else "any namespace you can read"
+            console.print(f"no refs in {escape(where)} on {escape(name)}")
+            return
+        table = Table()
+        for col in ("ref", "digest", "tag", "updated"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(
+                escape(r["ref"]), r["digest"], "tag" if r["tag"] else "", escape(r["updated_at"] or "-")
+            )
+        console.print(table)
+
+    out.result({"remote": name, "namespaces": namespaces, "refs": rows}, render)
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(
+        help="Registries this store pushes to and pulls from (kvreg remote add NAME URL).",
+        no_args_is_help=True,
+    )
+    group.command("add")(remote_add)
+    group.command("list")(remote_list)
+    group.command("remove")(remote_remove)
+    app.add_typer(group, name="remote")
+    app.command("login")(login)
+    app.command("logout")(logout)
+    app.command("push")(push)
+    app.command("pull")(pull)
+    app.command("ls-remote")(ls_remote)
