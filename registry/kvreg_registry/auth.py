@@ -50,7 +50,8 @@ class Principal:
 
     @property
     def anonymous(self) -> bool:
-        return self.user_id is None
+        """No token (the operator's ``kvreg-admin`` principal has no user but is an admin)."""
+        return self.user_id is None and not self.is_admin
 
     def role_in(self, session: Session, namespace: Namespace) -> str | None:
         if self.is_admin:
@@ -86,6 +87,8 @@ class Principal:
         )
 
     def require_admin(self) -> None:
+        if self.is_admin:
+            return
         if self.anonymous:
             raise UnauthenticatedError(
                 "this needs a server admin's token", hint="kvreg login REMOTE --token TOKEN"

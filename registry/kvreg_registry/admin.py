@@ -1,0 +1,395 @@
+"""``kvreg-admin``: administer a registry's database directly (no server needed).
+
+This is how the first admin token is made, and how operators script namespaces,
+users, tokens, roles, signing keys and garbage collection. It reads the same
+settings as ``kvreg serve`` (``--data``, ``--database-url``, ``--storage`` or the
+``KVREG_*`` variables), runs the migrations if needed, and calls the same
+``kvreg_registry.services`` functions as the HTTP API, so every change is checked
+and audit-logged the same way (actor ``kvreg-admin``). Tokens are printed once.
+
+It uses the ``kvreg`` CLI's output module so that ``--json``, messages and exit
+codes behave exactly as in ``kvreg``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from kvreg.cli import output
+from kvreg.cli.common import parse_public_key
+from kvreg_registry.app import open_state
+from kvreg_registry.auth import Principal
+from kvreg_registry.db.models import User
+from kvreg_registry.services import accounts
+from kvreg_registry.services.gc import collect_garbage
+from kvreg_registry.settings import Settings
+
+ACTOR = Principal(user_id=None, name="kvreg-admin", is_admin=True)
+
+app = typer.Typer(
+    name="kvreg-admin",
+    help="Administer a kvreg registry's database: namespaces, users, tokens, roles, keys, GC.\n\n"
+    "Example (first setup):\n\n"
+    "  kvreg-admin --data ./kvreg-data user create alice --admin\n\n"
+    "  kvreg-admin --data ./kvreg-data token create alice --label laptop\n\n"
+    "  kvreg-admin --data ./kvreg-data namespace create aime25\n\n"
+    "  kvreg-admin --data ./kvreg-data key add aime25 ed25519:...",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+namespace_app = typer.Typer(help="Create, list and change namespaces.", no_args_is_help=True)
+user_app = typer.Typer(help="Create and list users.", no_args_is_help=True)
+token_app = typer.Typer(help="Create and revoke API tokens.", no_args_is_help=True)
+role_app = typer.Typer(help="Give and take roles (read, write, admin) in a namespace.", no_args_is_help=True)
+key_app = typer.Typer(help="Register and revoke the signing keys a namespace accepts.", no_args_is_help=True)
+app.add_typer(namespace_app, name="namespace")
+app.add_typer(user_app, name="user")
+app.add_typer(token_app, name="token")
+app.add_typer(role_app, name="role")
+app.add_typer(key_app, name="key")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", metavar="DIR", help="Data folder (default: $KVREG_DATA or ./kvreg-data)."),
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option("--database-url", help="SQLAlchemy URL (default: SQLite in the data folder)."),
+    ] = None,
+    storage: Annotated[
+        str | None, typer.Option("--storage", help="Object storage: a folder or s3://bucket/prefix.")
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    state = ctx.ensure_object(output.CliState)
+    state.json = state.json or json_output
+    overrides: dict[str, Any] = {}
+    if data is not None:
+        overrides["data_dir"] = data
+    if database_url is not None:
+        overrides["database_url"] = database_url
+    if storage is not None:
+        overrides["storage_url"] = storage
+    ctx.meta["settings"] = Settings.from_env(**overrides)
+
+
+@contextmanager
+def _write(ctx: typer.Context) -> Iterator[Any]:
+    st = open_state(ctx.meta["settings"])
+    try:
+        with st.db.write() as s:
+            yield s
+    finally:
+        st.db.dispose()
+
+
+@contextmanager
+def _read(ctx: typer.Context) -> Iterator[Any]:
+    st = open_state(ctx.meta["settings"])
+    try:
+        with st.db.read() as s:
+            yield s
+    finally:
+        st.db.dispose()
+
+
+@app.command()
+def migrate(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+    """Create the database schema or bring it to the newest revision (alembic upgrade head)."""
+    out = output.get(ctx, json_output)
+    settings: Settings = ctx.meta["settings"]
+    open_state(settings).db.dispose()
+    out.result(
+        {"database": settings.effective_database_url.split("@")[-1], "revision": "head"},
+        lambda c: c.print("[green]database is at the newest revision[/green]"),
+    )
+
+
+# --- namespaces --------------------------------------------------------------------------
+
+
+@namespace_app.command("create")
+def namespace_create(
+    ctx: typer.Context,
+    name: str,
+    public: Annotated[bool, typer.Option("--public", help="Anyone may read it without a token.")] = False,
+    description: Annotated[str, typer.Option("--description", help="One line about it.")] = "",
+    json_output: JsonOpt = False,
+) -> None:
+    """Create namespace NAME (private unless --public)."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        ns = accounts.create_namespace(s, ACTOR, name, public=public, description=description)
+        data = {"namespace": ns.name, "public": ns.public}
+    out.result(
+        data,
+        lambda c: c.print(
+            f"[green]created[/green] namespace {escape(name)} ({'public' if public else 'private'})"
+        ),
+    )
+
+
+@namespace_app.command("list")
+def namespace_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+    """List every namespace."""
+    out = output.get(ctx, json_output)
+    with _read(ctx) as s:
+        rows = [
+            {"namespace": ns.name, "public": ns.public, "description": ns.description}
+            for ns in accounts.list_namespaces(s, ACTOR)
+        ]
+
+    def render(c: Any) -> None:
+        table = Table("namespace", "visibility", "description")
+        for r in rows:
+            table.add_row(
+                escape(r["namespace"]), "public" if r["public"] else "private", escape(r["description"])
+            )
+        c.print(table)
+
+    out.result({"namespaces": rows}, render)
+
+
+@namespace_app.command("visibility")
+def namespace_visibility(
+    ctx: typer.Context,
+    name: str,
+    visibility: Annotated[str, typer.Argument(metavar="public|private")],
+    json_output: JsonOpt = False,
+) -> None:
+    """Make namespace NAME public (readable without a token) or private."""
+    out = output.get(ctx, json_output)
+    if visibility not in {"public", "private"}:
+        raise typer.BadParameter("must be 'public' or 'private'")
+    with _write(ctx) as s:
+        accounts.set_namespace_public(s, ACTOR, name, visibility == "public")
+    out.result(
+        {"namespace": name, "public": visibility == "public"},
+        lambda c: c.print(f"{escape(name)} is now {visibility}"),
+    )
+
+
+# --- users and tokens ----------------------------------------------------------------------
+
+
+@user_app.command("create")
+def user_create(
+    ctx: typer.Context,
+    name: str,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="A server admin: every role in every namespace.")
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create user NAME."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        accounts.create_user(s, ACTOR, name, admin=admin)
+    out.result(
+        {"user": name, "admin": admin}, lambda c: c.print(f"[green]created[/green] user {escape(name)}")
+    )
+
+
+@user_app.command("list")
+def user_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+    """List users and their roles."""
+    from sqlalchemy import select
+
+    out = output.get(ctx, json_output)
+    with _read(ctx) as s:
+        rows = []
+        for u in s.scalars(select(User).order_by(User.name)).all():
+            roles = accounts.roles_of(s, Principal(user_id=u.id, name=u.name))
+            rows.append({"user": u.name, "admin": u.is_admin, "roles": roles})
+
+    def render(c: Any) -> None:
+        table = Table("user", "admin", "roles")
+        for r in rows:
+            table.add_row(
+                escape(r["user"]),
+                "yes" if r["admin"] else "",
+                escape(", ".join(f"{k}:{v}" for k, v in r["roles"].items())),
+            )
+        c.print(table)
+
+    out.result({"users": rows}, render)
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    user: str,
+    label: Annotated[str, typer.Option("--label", help="What the token is for (shown in listings).")] = "",
+    expires_in_days: Annotated[
+        int | None, typer.Option("--expires-in-days", min=1, help="Expiry; none by default.")
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create an API token for USER and print it once (only its hash is stored)."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        t = accounts.create_token(s, ACTOR, user, label=label, expires_in_days=expires_in_days)
+    data = {
+        "id": t.id,
+        "user": t.user,
+        "token": t.token,
+        "label": t.label,
+        "expires_at": t.expires_at.isoformat() if t.expires_at else None,
+    }
+    out.result(data, lambda c: c.print(f"token {t.id} for {escape(t.user)} (shown once):\n{t.token}"))
+
+
+@token_app.command("revoke")
+def token_revoke(ctx: typer.Context, token_id: int, json_output: JsonOpt = False) -> None:
+    """Revoke token TOKEN_ID (its id, as `token create` printed)."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        accounts.revoke_token(s, ACTOR, token_id)
+    out.result({"id": token_id, "revoked": True}, lambda c: c.print(f"revoked token {token_id}"))
+
+
+# --- roles and keys ---------------------------------------------------------------------------
+
+
+@role_app.command("set")
+def role_set(
+    ctx: typer.Context,
+    namespace: str,
+    user: str,
+    role: Annotated[str, typer.Argument(metavar="read|write|admin")],
+    json_output: JsonOpt = False,
+) -> None:
+    """Give USER the ROLE in NAMESPACE."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        accounts.set_role(s, ACTOR, namespace, user, role)
+    out.result(
+        {"namespace": namespace, "user": user, "role": role},
+        lambda c: c.print(f"{escape(user)} has {role} in {escape(namespace)}"),
+    )
+
+
+@role_app.command("remove")
+def role_remove(ctx: typer.Context, namespace: str, user: str, json_output: JsonOpt = False) -> None:
+    """Take USER's role in NAMESPACE away."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        accounts.remove_role(s, ACTOR, namespace, user)
+    out.result(
+        {"namespace": namespace, "user": user, "role": None},
+        lambda c: c.print(f"{escape(user)} has no role in {escape(namespace)}"),
+    )
+
+
+@key_app.command("add")
+def key_add(
+    ctx: typer.Context,
+    namespace: str,
+    pubkey: Annotated[
+        str,
+        typer.Argument(metavar="PUBKEY", help="'ed25519:<base64>' (kvreg keys export) or a .pub/PEM file."),
+    ],
+    json_output: JsonOpt = False,
+) -> None:
+    """Accept envelopes signed by PUBKEY in NAMESPACE."""
+    out = output.get(ctx, json_output)
+    public = parse_public_key(pubkey)
+    with _write(ctx) as s:
+        accounts.register_key(s, ACTOR, namespace, public.to_text())
+    out.result(
+        {"namespace": namespace, "keyid": public.keyid, "public_key": public.to_text()},
+        lambda c: c.print(f"[green]registered[/green] {public.keyid} for {escape(namespace)}"),
+    )
+
+
+@key_app.command("list")
+def key_list(ctx: typer.Context, namespace: str, json_output: JsonOpt = False) -> None:
+    """List the signing keys of NAMESPACE (revoked ones too)."""
+    out = output.get(ctx, json_output)
+    with _read(ctx) as s:
+        ns = accounts.get_namespace(s, namespace)
+        rows = [
+            {"keyid": k.keyid, "public_key": k.public_key, "revoked": k.revoked_at is not None}
+            for k in accounts.list_keys(s, ns)
+        ]
+
+    def render(c: Any) -> None:
+        table = Table("keyid", "public key", "state")
+        for r in rows:
+            table.add_row(r["keyid"], r["public_key"], "revoked" if r["revoked"] else "active")
+        c.print(table)
+
+    out.result({"namespace": namespace, "keys": rows}, render)
+
+
+@key_app.command("revoke")
+def key_revoke(ctx: typer.Context, namespace: str, keyid: str, json_output: JsonOpt = False) -> None:
+    """Stop accepting new envelopes signed by KEYID in NAMESPACE (stored ones stay)."""
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        accounts.revoke_key(s, ACTOR, namespace, keyid)
+    out.result(
+        {"namespace": namespace, "keyid": keyid, "revoked": True}, lambda c: c.print(f"revoked {keyid}")
+    )
+
+
+# --- garbage collection -------------------------------------------------------------------------
+
+
+@app.command()
+def gc(
+    ctx: typer.Context,
+    grace_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--grace-seconds", min=0, help="Keep anything younger (default: KVREG_GC_GRACE_SECONDS, 3600)."
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Delete objects no envelope references, older than the grace period, outside uploads in flight."""
+    out = output.get(ctx, json_output)
+    settings: Settings = ctx.meta["settings"]
+    st = open_state(settings)
+    try:
+        grace = settings.gc_grace_seconds if grace_seconds is None else grace_seconds
+        report = collect_garbage(st.db, st.storage, ACTOR, grace_seconds=grace, dry_run=dry_run)
+    finally:
+        st.db.dispose()
+    data = report.to_dict()
+    out.result(
+        data,
+        lambda c: c.print(
+            f"{'would remove' if dry_run else 'removed'} {report.objects_removed} object(s), "
+            f"{report.bytes_removed} bytes; "
+            f"{report.links_removed} unreferenced hold(s); {report.orphans_removed} orphan(s)"
+        ),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``kvreg-admin`` script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    code = output.run(typer.main.get_command(app), args, prog_name="kvreg-admin")
+    output.exit_with(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
