@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvreg-installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean services services-stop
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,16 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# PostgreSQL and SeaweedFS (S3) on 127.0.0.1, for the registry tests; see scripts/services.sh.
+services: install
+	VENV=$(VENV) scripts/services.sh start
+
+services-stop:
+	scripts/services.sh stop
+
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
 # so an empty suite can never pass silently.
-test: install lint
+test: install lint services
 	$(PY) -m pytest
 
 bench: install

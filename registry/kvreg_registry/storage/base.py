@@ -1,0 +1,241 @@
+"""The interface of the registry's object storage, and what every backend shares.
+
+An :class:`ObjectStorage` keeps immutable byte strings under their SHA-256 digest.
+Bytes arrive through a :class:`PendingObject`, which hashes them while they are
+written and makes them visible under a digest only if they hash to it: readers
+never see an object whose bytes are partial or wrong, and a refused upload leaves
+nothing behind (no object, no temp file, no pending multipart upload). Committing
+the same digest from many threads or processes at once is safe: all commits
+succeed and the object is stored once.
+
+Backends: :class:`~kvreg_registry.storage.folder.FolderStorage` (a local folder,
+the embedded default) and :class:`~kvreg_registry.storage.s3.S3Storage` (any
+S3-compatible store). Keys and paths are built only from :class:`Digest` values,
+which are validated lowercase hex: a digest cannot name anything outside the
+storage's object area.
+
+This module does not know which namespace holds an object, or whether anything
+references it: that is the database's job (``kvreg_registry.services.objects``).
+Storage never deletes on its own; garbage collection calls :meth:`ObjectStorage.delete`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import ClassVar
+
+from kvreg.core.digest import Digest
+from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
+
+log = logging.getLogger(__name__)
+
+#: The largest piece :meth:`ObjectStorage.read_range` yields.
+READ_PIECE = 1 << 20
+
+_SHARD = re.compile(r"[0-9a-f]{2}")
+_REST = re.compile(r"[0-9a-f]{62}")
+
+
+def shard_parts(digest: Digest | str) -> tuple[str, str]:
+    """``("ab", "<62 hex>")`` of a digest, validated (``InvalidDigestError`` otherwise)."""
+    h = Digest(digest).hex
+    return h[:2], h[2:]
+
+
+def digest_from_parts(shard: str, rest: str) -> Digest | None:
+    """The digest stored under ``<shard>/<rest>``, or ``None`` if the names are not an object's."""
+    if _SHARD.fullmatch(shard) is None or _REST.fullmatch(rest) is None:
+        return None
+    return Digest.from_hex(shard + rest)
+
+
+def check_range(start: int, end: int | None) -> None:
+    """Refuse a range that no object has: negative offsets, or ``end`` before ``start``."""
+    if start < 0:
+        raise ValueError(f"range start must be >= 0, not {start}")
+    if end is not None and end < start:
+        raise ValueError(f"range end {end} is before its start {start}")
+
+
+def not_found(digest: Digest) -> ObjectNotFoundError:
+    return ObjectNotFoundError(f"object {digest} is not in storage", digest=str(digest))
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object in storage: its digest, its size, and when it became visible."""
+
+    digest: Digest
+    size: int
+    mtime: float  # seconds since the epoch
+
+
+class PendingObject(ABC):
+    """Bytes being uploaded whose digest is not yet verified; not visible until :meth:`commit`.
+
+    Use it as a context manager: leaving the block without a commit (an
+    exception, a client that went away) aborts it::
+
+        with storage.begin_upload() as pending:
+            for piece in body:
+                pending.write(piece)
+            new = pending.commit(expected)
+
+    Backends implement :meth:`_write` (store a piece), :meth:`_publish` (make the
+    verified bytes visible) and :meth:`_discard` (drop everything); hashing, the
+    size and the state machine (open → committed | aborted) live here. A pending
+    object is used by one thread at a time.
+    """
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._state = "open"
+
+    # --- the interface --------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Hash and store one piece of the object."""
+        if self._state != "open":
+            raise ValueError(f"cannot write to an upload that is {self._state}")
+        if not data:
+            return
+        self._hash.update(data)
+        self._size += len(data)
+        try:
+            self._write(data)
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        return self._size
+
+    @property
+    def digest(self) -> Digest:
+        """The digest of the bytes written so far."""
+        return Digest.from_hex(self._hash.hexdigest())
+
+    def commit(self, expected: Digest) -> bool:
+        """Make the bytes visible under ``expected`` if they hash to it.
+
+        Returns ``True`` if the bytes were new to the storage, ``False`` if an
+        object with that digest was stored already (the copy is discarded). If
+        the bytes hash to anything else, everything is discarded and
+        ``DigestMismatchError`` is raised; an ``expected`` that is not a digest
+        raises ``InvalidDigestError``. Either way, and on any other failure,
+        nothing stays behind.
+        """
+        if self._state != "open":
+            raise ValueError(f"cannot commit an upload that is {self._state}")
+        try:
+            want = Digest(expected)
+            actual = self.digest
+            if actual != want:
+                raise DigestMismatchError(
+                    f"uploaded bytes hash to {actual}, expected {want}",
+                    expected=str(want),
+                    actual=str(actual),
+                    size=self._size,
+                )
+            new = self._publish(want)
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "committed"
+        return new
+
+    def abort(self) -> None:
+        """Discard the upload. Idempotent; a committed upload stays committed."""
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        self._discard()
+
+    def __enter__(self) -> PendingObject:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.abort()
+
+    # --- for backends -----------------------------------------------------------
+
+    @abstractmethod
+    def _write(self, data: bytes) -> None:
+        """Store a piece (already hashed and counted)."""
+
+    @abstractmethod
+    def _publish(self, digest: Digest) -> bool:
+        """Make the verified bytes visible under ``digest``; ``False`` if it existed already.
+
+        On success nothing temporary is left behind; on an exception the base
+        class calls :meth:`_discard`.
+        """
+
+    @abstractmethod
+    def _discard(self) -> None:
+        """Remove everything this upload stored. Must not raise for things already gone."""
+
+
+class ObjectStorage(ABC):
+    """Content-addressed, immutable objects: the interface the server uses."""
+
+    kind: ClassVar[str]
+    #: Whether object GETs should answer with a redirect to :meth:`presigned_url`.
+    redirect: bool = False
+
+    @abstractmethod
+    def begin_upload(self) -> PendingObject:
+        """A new :class:`PendingObject` to write bytes into."""
+
+    @abstractmethod
+    def exists(self, digest: Digest) -> bool:
+        """Whether an object is stored under ``digest``."""
+
+    @abstractmethod
+    def size(self, digest: Digest) -> int:
+        """The object's size in bytes; ``ObjectNotFoundError`` if it is not stored."""
+
+    @abstractmethod
+    def read_range(self, digest: Digest, start: int = 0, end: int | None = None) -> Iterator[bytes]:
+        """Bytes ``[start, end)`` of an object (``end=None``: to its end), in pieces of at most 1 MiB.
+
+        Like a slice, ``end`` past the object's size stops at its end and a
+        ``start`` at or past it yields nothing; negative offsets and ``end <
+        start`` raise ``ValueError``. Raises ``ObjectNotFoundError`` when called
+        (not on the first ``next``), so callers can answer 404 before streaming.
+        The bytes are not re-hashed: readers verify them against the digest.
+        """
+
+    @abstractmethod
+    def delete(self, digest: Digest) -> bool:
+        """Remove an object; ``True`` if it was there. Idempotent."""
+
+    @abstractmethod
+    def iter_objects(self) -> Iterator[StoredObject]:
+        """Every stored object (names that are not objects are skipped)."""
+
+    @abstractmethod
+    def presigned_url(self, digest: Digest, *, expires_s: int = 300) -> str | None:
+        """A URL that serves the object's bytes without credentials, or ``None`` if the backend has none."""
+
+    @abstractmethod
+    def sweep_incomplete(self, older_than_s: float) -> int:
+        """Remove what crashed uploads left behind, older than ``older_than_s`` seconds; return the count."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise ``UnavailableError`` unless the storage can be read and written."""

