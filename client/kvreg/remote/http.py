@@ -1,73 +1,47 @@
-"""The HTTP client of the registry API (``docs/protocol.md``): one method per endpoint.
+"""The registry client: one method per endpoint of the HTTP protocol (``docs/protocol.md``).
 
-``RegistryClient`` wraps one ``httpx.Client`` (a connection pool that worker
-threads share: push and pull call it from a ``ThreadPoolExecutor``). It
+``RegistryClient`` is thread-safe (push and pull call it from a
+``ThreadPoolExecutor``); its transport (``kvreg.remote.session``) sends the bearer
+token to the registry only, never to the storage host of a ``307`` redirect,
+retries what the protocol says to retry (every request here is idempotent:
+objects are named by digest, envelopes by manifest digest, ref changes are
+compare-and-swaps whose retries :meth:`RegistryClient.put_ref` checks), and turns
+error answers into typed ``KvregError`` subclasses (``kvreg.remote.errors``).
+Uploads and downloads stream; downloads resume with ``Range`` and are hashed.
 
-- sends ``Authorization: Bearer <token>`` to the registry only, never to a host
-  that a ``307`` sends object downloads to (presigned storage URLs), and never
-  logs or repeats the token;
-- retries connection errors and ``429``/``502``/``503``/``504`` with exponential
-  backoff and jitter (every request of the protocol is idempotent: objects are
-  named by digest, envelopes by manifest digest, and ref changes are
-  compare-and-swaps whose retries are checked, see :meth:`RegistryClient.put_ref`),
-  honouring ``Retry-After``; after the last retry it raises ``UnavailableError``;
-- turns error bodies ``{"error": {"code", "message", "hint", "details"}}`` (the
-  code also in ``X-Kvreg-Error-Code``) into the ``KvregError`` subclass that owns
-  the code (``kvreg.core.errors.error_classes``), keeping message, hint and
-  details; an unknown code becomes ``RemoteError``; 401 and 403 get a hint with
-  the command that fixes them;
-- streams object bodies both ways (never a whole object in memory), resumes
-  downloads with ``Range`` and hashes every downloaded byte, so the caller gets
-  the SHA-256 of the whole file;
-- caps what it reads from the server (JSON documents, envelopes, object sizes).
-
-This module checks digests of downloads but does not decide what they mean: it
-does not verify signatures or manifests and does not touch the local store
+Answers are validated as they are parsed (digests, names, list shapes): a
+malformed answer is a ``RemoteError``, never a half-read value. This module
+checks digests of downloads but does not decide what they mean: it verifies no
+signatures or manifests and does not touch the local store
 (``kvreg.remote.transfer`` does). Nothing here prints.
 """
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import json
 import logging
 import os
-import random
-import re
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote
 
 import httpx
 
-import kvreg
-from kvreg.core.atomicfile import finish
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import MAX_ENVELOPE_BYTES
-from kvreg.core.errors import (
-    DigestMismatchError,
-    ForbiddenError,
-    InternalServerError,
-    KvregError,
-    NotFoundError,
-    RefConflictError,
-    RemoteError,
-    StoreError,
-    UnauthenticatedError,
-    UnavailableError,
-    error_classes,
-)
+from kvreg.core.errors import KvregError, NotFoundError, RefConflictError, RemoteError, StoreError
 from kvreg.core.keys import PublicKey
 from kvreg.core.names import RefName, validate_name, validate_namespace
+from kvreg.remote.errors import RETRY_STATUSES, error_from_response
+from kvreg.remote.session import Download, HttpSession, ProgressCallback, Reply, file_body
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "API_PREFIX",
     "DEFAULT_MAX_MISSING_DIGESTS",
     "RETRY_STATUSES",
     "Download",
@@ -80,20 +54,8 @@ __all__ = [
 ]
 
 API_PREFIX = "/api/v1"
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-ERROR_CODE_HEADER = "X-Kvreg-Error-Code"
 UPLOAD_HEADER = "X-Kvreg-Upload"
 DEFAULT_MAX_MISSING_DIGESTS = 1000
-#: Largest JSON document (other than an envelope) the client reads from a registry.
-MAX_JSON_BYTES = 64 * 1024 * 1024
-_MAX_ERROR_BYTES = 256 * 1024
-_BLOCK = 1 << 20
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
-
-ProgressCallback = Callable[[int], None]
-"""Called with the number of bytes sent or received (negative: bytes to count again)."""
 
 
 class RefValue(NamedTuple):
@@ -130,142 +92,8 @@ class StoredObject:
     stored: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Download:
-    """A finished download: the SHA-256 of the *whole* file, its size, and where this call started."""
-
-    digest: Digest
-    size: int
-    resumed_from: int
-
-
-# --- error mapping ---------------------------------------------------------------------------
-
-
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _parse_error_body(body: bytes) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-        return doc["error"]
-    return None
-
-
-_FALLBACK_BY_STATUS: dict[int, type[KvregError]] = {
-    401: UnauthenticatedError,
-    403: ForbiddenError,
-    404: NotFoundError,
-    500: InternalServerError,
-}
-
-
-def _map_error(
-    status: int,
-    headers: Mapping[str, str],
-    body: bytes,
-    *,
-    remote_name: str | None = None,
-    url: str | None = None,
-) -> KvregError:
-    """The ``KvregError`` for an HTTP error answer (see the module docstring)."""
-    payload = _parse_error_body(body) or {}
-    code = payload.get("code") if isinstance(payload.get("code"), str) else None
-    code = code or headers.get(ERROR_CODE_HEADER) or None
-    message = payload.get("message") if isinstance(payload.get("message"), str) else None
-    hint = payload.get("hint") if isinstance(payload.get("hint"), str) and payload.get("hint") else None
-    raw_details = payload.get("details")
-    details: dict[str, Any] = dict(raw_details) if isinstance(raw_details, dict) else {}
-
-    classes = error_classes()
-    cls: type[KvregError]
-    if code is not None and code in classes:
-        cls = classes[code]
-    elif code is not None:
-        cls = RemoteError
-        details.setdefault("remote_code", code)
-    elif status in RETRY_STATUSES:
-        cls = UnavailableError
-    elif status in _FALLBACK_BY_STATUS:
-        cls = _FALLBACK_BY_STATUS[status]
-    else:
-        cls = RemoteError
-    if message is None:
-        where = f" for {url}" if url else ""
-        message = f"the registry answered HTTP {status}{where}"
-        if code is None and status == 404:
-            message += " (no such route)"
-            hint = hint or "check that the remote's URL is a kvreg registry (kvreg remote list)"
-    who = remote_name or "NAME"
-    if status == 401 or cls is UnauthenticatedError:
-        hint = (
-            f"log in with a valid token: kvreg login {who} --token TOKEN "
-            "(a registry admin creates tokens; a revoked or expired one must be replaced)"
-        )
-    elif status == 403 or cls is ForbiddenError:
-        hint = (
-            "your token lacks the role this needs: ask a namespace admin for the write role "
-            "(push) or the admin role (deleting refs and envelopes)"
-            + (f"; the registry says: {hint}" if hint else "")
-        )
-    details["http_status"] = status
-    error = cls(message, hint=hint)
-    error.details = details
-    return error
-
-
-def error_from_response(response: httpx.Response, *, remote_name: str | None = None) -> KvregError:
-    """The ``KvregError`` that an error answer of the registry stands for (reads the body)."""
-    body = response.read()
-    try:
-        url: str | None = str(response.request.url)
-    except RuntimeError:  # a response built without a request (tests)
-        url = None
-    return _map_error(response.status_code, response.headers, body, remote_name=remote_name, url=url)
-
-
-# --- the client ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    status: int
-    headers: httpx.Headers
-    body: bytes
-    attempts: int
-
-
-class _Retry(Exception):
-    """Internal: this attempt failed in a way worth retrying."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    value = headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
-
-
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    return quote(value, safe=":")
 
 
 def _jsonable_digests(digests: Iterable[Digest | str]) -> list[str]:
@@ -294,47 +122,24 @@ class RegistryClient:
         verify: bool | str = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        from kvreg.remote.config import normalize_url
+        from kvreg.remote.config import normalize_url, validate_token
 
         self.base_url = normalize_url(base_url)
         self.api_url = self.base_url + API_PREFIX
         self.remote_name = remote_name
-        self.retries = max(0, int(retries))
-        self.backoff = max(0.0, float(backoff))
-        self.max_backoff = max(0.0, float(max_backoff))
         self._has_token = token is not None
-        headers = {"User-Agent": f"kvreg/{kvreg.__version__}", "Accept": "application/json"}
-        if token is not None:
-            from kvreg.remote.config import validate_token
-
-            headers["Authorization"] = f"Bearer {validate_token(token)}"
-            host = urlsplit(self.base_url).hostname or ""
-            if self.base_url.startswith("http://") and not _is_loopback(host):
-                log.warning(
-                    "sending a token over plain http to %s: anyone on the network path can read it; "
-                    "use https",
-                    host,
-                )
-        timeouts = httpx.Timeout(timeout, connect=connect_timeout, pool=None)
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.Client(
-            headers=headers,
-            timeout=timeouts,
-            limits=limits,
-            follow_redirects=False,
+        self._session = HttpSession(
+            self.base_url,
+            None if token is None else validate_token(token),
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            remote_name=remote_name,
+            max_connections=max_connections,
             verify=verify,
             transport=transport,
-            trust_env=False,
-        )
-        # Object downloads that the registry redirects to presigned storage URLs: no token here.
-        self._bare = httpx.Client(
-            headers={"User-Agent": headers["User-Agent"]},
-            timeout=timeouts,
-            limits=limits,
-            follow_redirects=True,
-            max_redirects=5,
-            verify=verify,
-            trust_env=False,
         )
         self._info: dict[str, Any] | None = None
         self._info_lock = threading.Lock()
@@ -350,123 +155,25 @@ class RegistryClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
-        self._bare.close()
+        self._session.close()
+
+    @property
+    def retries(self) -> int:
+        return self._session.retries
 
     # --- plumbing ------------------------------------------------------------------------
 
     def _url(self, *segments: str) -> str:
-        return (
-            self.api_url + "/" + "/".join(_segment(s) for s in segments) if segments else self.api_url + "/"
-        )
+        return self.api_url + "/" + "/".join(_segment(s) for s in segments)
 
     def _ns_url(self, namespace: str, *segments: str) -> str:
         return self._url("namespaces", validate_namespace(namespace), *segments)
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        delay = min(self.max_backoff, self.backoff * (2**attempt))
-        delay = delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 (jitter, not cryptography)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, 60.0))
-        return delay
-
-    def _sleep_before_retry(self, attempt: int, reason: str, retry_after: float | None) -> None:
-        delay = self._delay(attempt, retry_after)
-        log.info(
-            "registry request failed (%s); retry %d/%d in %.2f s", reason, attempt + 1, self.retries, delay
-        )
-        time.sleep(delay)
-
-    def _error(self, status: int, headers: httpx.Headers, body: bytes, url: str) -> KvregError:
-        return _map_error(status, headers, body, remote_name=self.remote_name, url=url)
-
-    def _unavailable(self, method: str, url: str, reason: str, attempts: int) -> UnavailableError:
-        return UnavailableError(
-            f"the registry at {self.base_url} is unavailable: {method} {url} failed "
-            f"{attempts} time{'s' if attempts != 1 else ''} ({reason})",
-            hint="check the URL (kvreg remote list) and the network, then run the command again; "
-            "transfers resume where they stopped",
-            url=url,
-            attempts=attempts,
-        )
+    def _call(self, method: str, url: str, **kwargs: Any) -> Reply:
+        return self._session.call(method, url, **kwargs)
 
     @staticmethod
-    def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:
-        out = bytearray()
-        for block in response.iter_bytes():
-            out += block
-            if len(out) > limit:
-                raise RemoteError(f"the registry sent more than {limit} bytes for {what}", limit=limit)
-        return bytes(out)
-
-    def _call(
-        self,
-        method: str,
-        url: str,
-        *,
-        expect: Sequence[int] = (200,),
-        json_body: Any = None,
-        content: Callable[[], Iterator[bytes] | bytes] | None = None,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
-        limit: int = MAX_JSON_BYTES,
-        on_retry: Callable[[], None] | None = None,
-    ) -> _Reply:
-        """One request with retries; the reply if its status is in ``expect``, else the mapped error."""
-        attempt = 0
-        while True:
-            try:
-                return self._attempt(method, url, expect, json_body, content, headers, params, limit, attempt)
-            except _Retry as r:
-                if attempt >= self.retries:
-                    raise self._unavailable(method, url, r.reason, attempt + 1) from r
-                if on_retry is not None:
-                    on_retry()
-                self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                attempt += 1
-
-    def _attempt(
-        self,
-        method: str,
-        url: str,
-        expect: Sequence[int],
-        json_body: Any,
-        content: Callable[[], Iterator[bytes] | bytes] | None,
-        headers: Mapping[str, str] | None,
-        params: Mapping[str, Any] | None,
-        limit: int,
-        attempt: int,
-    ) -> _Reply:
-        kwargs: dict[str, Any] = {"headers": dict(headers or {}), "params": params}
-        if json_body is not None:
-            kwargs["json"] = json_body
-        elif content is not None:
-            kwargs["content"] = content()
-        try:
-            request = self._http.build_request(method, url, **kwargs)
-            response = self._http.send(request, stream=True)
-        except httpx.TransportError as e:
-            raise _Retry(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__) from e
-        try:
-            log.debug("%s %s -> %d", method, url, response.status_code)
-            status = response.status_code
-            if status in RETRY_STATUSES:
-                raise _Retry(f"HTTP {status}", _retry_after(response.headers))
-            try:
-                if status in expect:
-                    body = self._read_capped(response, limit, f"{method} {url}")
-                else:
-                    body = self._read_capped(response, _MAX_ERROR_BYTES, f"the error of {method} {url}")
-            except httpx.TransportError as e:
-                raise _Retry(f"{type(e).__name__} while reading the answer") from e
-            if status not in expect:
-                raise self._error(status, response.headers, body, url)
-            return _Reply(status, response.headers, body, attempt + 1)
-        finally:
-            response.close()
-
-    @staticmethod
-    def _json(reply: _Reply, what: str) -> dict[str, Any]:
+    def _json(reply: Reply, what: str) -> dict[str, Any]:
         try:
             doc = json.loads(reply.body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
@@ -589,14 +296,7 @@ class RegistryClient:
         sent = [0]
 
         def body() -> Iterator[bytes]:
-            sent[0] = 0
-            if path is not None:
-                with path.open("rb") as f:
-                    yield from _blocks(f, size, digest, sent, progress_cb)
-            else:
-                assert stream is not None
-                stream.seek(origin)
-                yield from _blocks(stream, size, digest, sent, progress_cb)
+            return file_body(path if path is not None else stream, size, digest, sent, progress_cb, origin)  # type: ignore[arg-type]
 
         def rewind() -> None:
             if progress_cb is not None and sent[0]:
@@ -635,128 +335,19 @@ class RegistryClient:
 
         With ``start > 0`` the first ``start`` bytes already in ``dest`` are kept
         (and hashed) and the rest is asked for with ``Range: bytes=start-``; a
-        server that ignores the range starts the file over. Connection errors in
-        the middle resume from the bytes received. A ``307`` to a presigned URL is
-        followed without the token. The file is fsynced; the returned digest is
-        the SHA-256 of the whole file, which the caller compares with ``digest``
-        (this method does not rename or delete anything). More than ``max_size``
-        bytes raise ``DigestMismatchError``: they cannot be the object.
+        server that ignores the range starts the file over (``progress_cb`` then
+        gets the negative count of bytes dropped). A connection broken in the
+        middle resumes from the bytes received. A redirect to a presigned storage
+        URL is followed without the token. The file is fsynced; the returned
+        digest is the SHA-256 of the whole file, which the caller compares with
+        ``digest`` (this method renames and deletes nothing). More than
+        ``max_size`` bytes raise ``DigestMismatchError``: they cannot be the object.
         """
         digest = Digest(digest)
-        target = Path(dest)
         url = self._ns_url(namespace, "objects", digest)
-        hasher = hashlib.sha256()
-        with target.open("r+b" if target.exists() else "w+b") as f:
-            offset = _hash_prefix(f, hasher, start)
-            if offset != start:  # the partial file was shorter than announced: keep what is there
-                log.debug("partial file %s holds %d bytes, not %d", target, offset, start)
-            resumed_from = offset
-            attempt = 0
-            while True:
-                try:
-                    offset, hasher, done = self._download_attempt(
-                        url, digest, f, offset, hasher, max_size, progress_cb
-                    )
-                    if done:
-                        break
-                    attempt = 0  # progress was made: the retry budget starts again
-                    continue
-                except _Retry as r:
-                    if attempt >= self.retries:
-                        raise self._unavailable("GET", url, r.reason, attempt + 1) from r
-                    self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                    attempt += 1
-            f.truncate(offset)
-            finish(f)
-        return Download(Digest.from_hex(hasher.hexdigest()), offset, resumed_from)
-
-    def _download_attempt(
-        self,
-        url: str,
-        digest: Digest,
-        f: BinaryIO,
-        offset: int,
-        hasher: Any,
-        max_size: int | None,
-        progress_cb: ProgressCallback | None,
-    ) -> tuple[int, Any, bool]:
-        """One GET (and its redirect): returns ``(new offset, hasher, finished)``; raises ``_Retry``."""
-        headers = {"Accept": "application/octet-stream"}
-        if offset > 0:
-            headers["Range"] = f"bytes={offset}-"
-        try:
-            response = self._http.send(self._http.build_request("GET", url, headers=headers), stream=True)
-        except httpx.TransportError as e:
-            raise _Retry(f"{type(e).__name__}: {e}") from e
-        try:
-            if response.status_code in _REDIRECTS:
-                location = response.headers.get("Location")
-                if not location:
-                    raise RemoteError(f"the registry redirected GET {url} without a Location")
-                target = urljoin(url, location)
-                if urlsplit(target).scheme not in ("http", "https"):
-                    raise RemoteError(f"the registry redirected GET {url} to a non-http URL")
-                response.close()
-                log.debug("object %s redirected to storage", digest)
-                try:
-                    response = self._bare.send(
-                        self._bare.build_request("GET", target, headers=headers), stream=True
-                    )
-                except httpx.TransportError as e:
-                    raise _Retry(f"{type(e).__name__} from the storage redirect: {e}") from e
-            status = response.status_code
-            if status in RETRY_STATUSES:
-                raise _Retry(f"HTTP {status}", _retry_after(response.headers))
-            if status == 416 and offset > 0:
-                # The partial file may be complete already (interrupted before the rename).
-                m = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", ""))
-                if m is not None and int(m.group(1)) == offset:
-                    return offset, hasher, True
-                log.debug("range from %d refused for %s; downloading it again", offset, digest)
-                return self._restart(f, progress_cb, offset), hashlib.sha256(), False
-            if status == 200 and offset > 0:
-                log.debug("the server ignored the range for %s; downloading it again", digest)
-                if progress_cb is not None:
-                    progress_cb(-offset)
-                f.seek(0)
-                f.truncate(0)
-                offset, hasher = 0, hashlib.sha256()
-            elif status == 206:
-                m = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
-                if m is None or int(m.group(1)) != offset:
-                    raise RemoteError(
-                        f"the registry answered a range request for {digest} with the wrong range "
-                        f"({response.headers.get('Content-Range')!r}, asked from {offset})"
-                    )
-            elif status != 200:
-                body = self._read_capped(response, _MAX_ERROR_BYTES, f"the error of GET {url}")
-                raise self._error(status, response.headers, body, url)
-            try:
-                for block in response.iter_bytes(_BLOCK):
-                    if max_size is not None and offset + len(block) > max_size:
-                        raise DigestMismatchError(
-                            f"the registry sent more than {max_size} bytes for object {digest}",
-                            expected=str(digest),
-                            max_size=max_size,
-                        )
-                    f.write(block)
-                    hasher.update(block)
-                    offset += len(block)
-                    if progress_cb is not None:
-                        progress_cb(len(block))
-            except httpx.TransportError as e:
-                raise _Retry(f"{type(e).__name__} after {offset} bytes") from e
-            return offset, hasher, True
-        finally:
-            response.close()
-
-    @staticmethod
-    def _restart(f: BinaryIO, progress_cb: ProgressCallback | None, offset: int) -> int:
-        if progress_cb is not None:
-            progress_cb(-offset)
-        f.seek(0)
-        f.truncate(0)
-        return 0
+        return self._session.download(
+            url, digest, Path(dest), start=start, max_size=max_size, progress_cb=progress_cb
+        )
 
     # --- envelopes -----------------------------------------------------------------------
 
@@ -919,47 +510,3 @@ class RegistryClient:
         if not isinstance(doc.get("artifacts"), list):
             raise RemoteError("the registry's search answer is malformed")
         return doc
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def _blocks(
-    f: BinaryIO, size: int, digest: Digest, sent: list[int], progress_cb: ProgressCallback | None
-) -> Iterator[bytes]:
-    """``size`` bytes of ``f`` in blocks; ``StoreError`` if the file holds another number of bytes."""
-    remaining = size
-    while remaining > 0:
-        block = f.read(min(_BLOCK, remaining))
-        if not block:
-            raise StoreError(
-                f"object {digest} ended after {size - remaining} of {size} bytes while uploading it",
-                hint="run 'kvreg fsck' on the local store",
-                digest=str(digest),
-            )
-        remaining -= len(block)
-        sent[0] += len(block)
-        if progress_cb is not None:
-            progress_cb(len(block))
-        yield block
-    if f.read(1):
-        raise StoreError(
-            f"object {digest} is longer than {size} bytes while uploading it",
-            hint="run 'kvreg fsck' on the local store",
-            digest=str(digest),
-        )
-
-
-def _hash_prefix(f: BinaryIO, hasher: Any, start: int) -> int:
-    """Hash the first ``start`` bytes of ``f`` (fewer if it is shorter); leave ``f`` after them."""
-    f.seek(0)
-    done = 0
-    while done < start:
-        block = f.read(min(_BLOCK, start - done))
-        if not block:
-            break
-        hasher.update(block)
-        done += len(block)
-    f.seek(done)
-    f.truncate(done)
-    return done

@@ -24,7 +24,7 @@ from kvreg.core.errors import IntegrityError, UsageError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Cancelled", "NullProgress", "Progress", "run_parallel", "validate_jobs"]
+__all__ = ["Cancelled", "Counter", "NullProgress", "Progress", "run_parallel", "validate_jobs"]
 
 T = TypeVar("T")
 MAX_JOBS = 64
@@ -55,6 +55,35 @@ class NullProgress:
 
 class Cancelled(Exception):
     """Internal: raised in a worker when another worker failed or the user interrupted."""
+
+
+class Counter:
+    """Thread-safe counts of objects and bytes moved, forwarded to a ``Progress``.
+
+    ``advance`` is the ``progress_cb`` handed to the HTTP client: it raises
+    ``Cancelled`` once ``stop`` is set, which ends a worker's transfer at its
+    next block.
+    """
+
+    def __init__(self, progress: Progress, stop: threading.Event) -> None:
+        self.progress = progress
+        self.stop = stop
+        self._lock = threading.Lock()
+        self.objects = 0
+        self.bytes = 0
+
+    def advance(self, n: int) -> None:
+        if self.stop.is_set():
+            raise Cancelled
+        if n > 0:
+            with self._lock:
+                self.bytes += n
+        self.progress.advance(n)
+
+    def done(self) -> None:
+        with self._lock:
+            self.objects += 1
+        self.progress.object_done()
 
 
 def validate_jobs(jobs: int) -> int:

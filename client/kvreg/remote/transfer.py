@@ -33,17 +33,12 @@ does not configure remotes or tokens (``kvreg.remote.config``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
-import os
-import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from kvreg.core.atomicfile import fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope, pae, verify_envelope
 from kvreg.core.errors import (
@@ -53,7 +48,6 @@ from kvreg.core.errors import (
     ObjectsMissingError,
     RefConflictError,
     RefNotFoundError,
-    StoreError,
     TagImmutableError,
 )
 from kvreg.core.keys import PublicKey
@@ -61,16 +55,14 @@ from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RegistryClient
-from kvreg.remote.progress import Cancelled, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.remote.staging import Staging
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PullReport", "PushReport", "pull", "push", "staging_dir"]
-
-STAGING_PREFIX = "pull-"
-PARTIAL_SUFFIX = ".incomplete"
+__all__ = ["PullReport", "PushReport", "pull", "push"]
 
 
 @dataclass(frozen=True)
@@ -119,30 +111,6 @@ class PullReport:
         return asdict(self)
 
 
-class _Counter:
-    """Thread-safe counters plus a progress sink that stops when asked to."""
-
-    def __init__(self, progress: Progress, stop: threading.Event) -> None:
-        self.progress = progress
-        self.stop = stop
-        self._lock = threading.Lock()
-        self.objects = 0
-        self.bytes = 0
-
-    def advance(self, n: int) -> None:
-        if self.stop.is_set():
-            raise Cancelled
-        if n > 0:
-            with self._lock:
-                self.bytes += n
-        self.progress.advance(n)
-
-    def done(self) -> None:
-        with self._lock:
-            self.objects += 1
-        self.progress.object_done()
-
-
 # --- push ----------------------------------------------------------------------------------
 
 
@@ -182,7 +150,7 @@ def push(
     session_of: dict[Digest, str] = {}
     missing: list[Digest] = []
     stop = threading.Event()
-    counter = _Counter(progress, stop)
+    counter = Counter(progress, stop)
     try:
         for i in range(0, len(digests), batch):
             part = digests[i : i + batch]
@@ -286,37 +254,6 @@ def _check_remote_ref(target: RefName, current: Any, digest: Digest, tag: bool) 
 # --- pull ----------------------------------------------------------------------------------
 
 
-def staging_dir(home: Home, digest: Digest) -> Path:
-    """Where a pull of the manifest ``digest`` stages its objects."""
-    return home.tmp_dir / f"{STAGING_PREFIX}{Digest(digest).hex}"
-
-
-@contextlib.contextmanager
-def _staging(home: Home, digest: Digest) -> Iterator[Path]:
-    """The staging folder, locked against a concurrent pull of the same manifest."""
-    folder = staging_dir(home, digest)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise StoreError(f"cannot create the staging folder {folder}: {e.strerror or e}") from e
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as e:
-            raise StoreError(
-                f"another pull of {digest} into {home.root} is running",
-                hint="wait for it to finish, then pull again",
-            ) from e
-        yield folder
-    finally:
-        os.close(fd)
-
-
-def _discard(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def _known_sizes(manifest: Manifest) -> dict[Digest, int]:
     """Sizes the signed manifest states (chunks, tokens, text, prompt); others are unknown."""
     sizes: dict[Digest, int] = {c.digest: c.size for c in manifest.chunks}
@@ -383,59 +320,27 @@ def pull(
     if absent:  # objects whose size the manifest does not state are capped by the registry's limit
         cap = client.limit("max_object_bytes", 0) or None
     stop = threading.Event()
-    counter = _Counter(progress, stop)
-    staged_before = 0
-    downloaded = [0]
-    lock = threading.Lock()
+    counter = Counter(progress, stop)
 
-    with _staging(home, digest) as folder:
+    with Staging(home, digest) as staging:
         try:
-            staged_before = sum(1 for d in absent if (folder / d.hex).is_file())
+            staged_before = sum(1 for d in absent if staging.has(d))
             progress.start(sum(sizes.get(d, 0) for d in absent), len(absent))
 
             def fetch(d: Digest) -> None:
                 if stop.is_set():
                     raise Cancelled
-                final = folder / d.hex
-                if final.is_file():
-                    progress.advance(final.stat().st_size)
-                    progress.object_done()
-                    return
-                part = folder / f"{d.hex}{PARTIAL_SUFFIX}"
-                size = sizes.get(d)
-                start = part.stat().st_size if part.is_file() else 0
-                if size is not None and start > size:
-                    start = 0
-                progress.advance(start)
-                got = client.get_object_to(
-                    ns, d, part, start=start, max_size=size if size is not None else cap,
-                    progress_cb=counter.advance,
-                )  # fmt: skip
-                if got.digest != d:
-                    raise DigestMismatchError(
-                        f"object {d} from the registry hashes to {got.digest}; nothing was stored",
-                        hint="the registry or the network altered the object; report it to the registry's "
-                        "operators",
-                        expected=str(d),
-                        actual=str(got.digest),
-                    )
-                part.chmod(0o444)
-                part.replace(final)
-                with lock:
-                    downloaded[0] += 1
-                counter.done()
+                staging.fetch(client, ns, d, size=sizes.get(d), cap=cap, counter=counter)
 
             run_parallel(absent, fetch, jobs, stop)
-            fsync_dir(folder)
-            for d in absent:
-                home.objects.put_file(folder / d.hex, expected=d)
+            staging.install(absent)
             home.objects.put_bytes(envelope.payload, expected=digest)
             home.envelopes.put(digest, envelope_bytes)
         except DigestMismatchError:
-            _discard(folder)
+            staging.discard()
             raise
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
-        _discard(folder)
+        staging.discard()
 
     log.info("pulled %s as %s (%s)", ref, dest, digest)
     return PullReport(
@@ -448,7 +353,7 @@ def pull(
         objects_total=len(digests),
         objects_local=len(digests) - len(absent),
         objects_staged=staged_before,
-        objects_downloaded=downloaded[0],
+        objects_downloaded=counter.objects,
         bytes_downloaded=counter.bytes,
         old=None if old is None else str(old),
         new=str(digest),

@@ -1,0 +1,152 @@
+"""The staging folder of a pull: objects downloaded, verified, then moved into the store.
+
+A pull of the manifest ``sha256:<hex>`` stages its objects in
+``$KVREG_HOME/tmp/pull-<hex>/`` (``tmp/`` is on the store's filesystem):
+
+- each object is downloaded to ``<object hex>.incomplete``, hashed while it
+  streams (the hash covers the whole file, resumed prefix included), and renamed
+  to ``<object hex>`` (read-only) only when it hashes to its name;
+- an interrupted pull leaves the folder; the next pull of the same manifest
+  skips the complete objects and resumes a partial one with a ``Range`` request;
+- ``.lock`` (``flock``) keeps two pulls of the same manifest into the same store
+  from working in the folder at once;
+- :meth:`Staging.install` copies the staged objects into the store with
+  ``put_file(expected=digest)``, which hashes them again;
+- :meth:`Staging.discard` removes the folder: after an install, and after any
+  digest mismatch, so that bytes a registry tampered with leave no trace.
+
+``gc`` does not remove staging folders (it only sweeps old ``*.incomplete``
+files directly in ``tmp/``). This module does not decide which objects to
+fetch or verify signatures (``kvreg.remote.transfer`` does).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from kvreg.core.atomicfile import fsync_dir
+from kvreg.core.digest import Digest
+from kvreg.core.errors import DigestMismatchError, StoreError
+from kvreg.remote.http import RegistryClient
+from kvreg.remote.progress import Counter
+from kvreg.store.home import Home
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "Staging", "staging_dir"]
+
+STAGING_PREFIX = "pull-"
+PARTIAL_SUFFIX = ".incomplete"
+
+
+def staging_dir(home: Home, manifest_digest: Digest) -> Path:
+    """Where a pull of the manifest ``manifest_digest`` stages its objects."""
+    return home.tmp_dir / f"{STAGING_PREFIX}{Digest(manifest_digest).hex}"
+
+
+class Staging:
+    """The locked staging folder of one pull; a context manager that holds the lock."""
+
+    def __init__(self, home: Home, manifest_digest: Digest) -> None:
+        self.home = home
+        self.manifest_digest = Digest(manifest_digest)
+        self.folder = staging_dir(home, manifest_digest)
+        self._fd: int | None = None
+
+    def __enter__(self) -> Staging:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot create the staging folder {self.folder}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            os.close(fd)
+            raise StoreError(
+                f"another pull of {self.manifest_digest} into {self.home.root} is running",
+                hint="wait for it to finish, then pull again",
+            ) from e
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def path(self, digest: Digest) -> Path:
+        return self.folder / Digest(digest).hex
+
+    def partial(self, digest: Digest) -> Path:
+        return self.folder / f"{Digest(digest).hex}{PARTIAL_SUFFIX}"
+
+    def has(self, digest: Digest) -> bool:
+        return self.path(digest).is_file()
+
+    def fetch(
+        self,
+        client: RegistryClient,
+        namespace: str,
+        digest: Digest,
+        *,
+        size: int | None,
+        cap: int | None,
+        counter: Counter,
+    ) -> bool:
+        """Stage one object (unless staged already); True if it was downloaded now.
+
+        ``size`` is the size the signed manifest states, if it states one; else
+        ``cap`` bounds what the registry may send. ``DigestMismatchError`` if the
+        bytes are not the object (the partial file is left for :meth:`discard`).
+        """
+        final = self.path(digest)
+        if final.is_file():
+            counter.progress.advance(final.stat().st_size)
+            counter.progress.object_done()
+            return False
+        part = self.partial(digest)
+        start = part.stat().st_size if part.is_file() else 0
+        if size is not None and start > size:
+            start = 0
+        if start:
+            log.debug("resuming %s after %d bytes", digest, start)
+        counter.progress.advance(start)
+        got = client.get_object_to(
+            namespace,
+            digest,
+            part,
+            start=start,
+            max_size=size if size is not None else cap,
+            progress_cb=counter.advance,
+        )
+        if got.digest != digest:
+            raise DigestMismatchError(
+                f"object {digest} from the registry hashes to {got.digest}; nothing was stored",
+                hint="the registry or the network altered the object; tell the registry's operators",
+                expected=str(digest),
+                actual=str(got.digest),
+            )
+        part.chmod(0o444)
+        part.replace(final)
+        counter.done()
+        return True
+
+    def install(self, digests: Iterable[Digest]) -> None:
+        """Copy staged objects into the store; each is hashed again on the way in."""
+        fsync_dir(self.folder)
+        for d in digests:
+            self.home.objects.put_file(self.path(d), expected=d)
+
+    def discard(self) -> None:
+        """Remove the folder and everything staged in it."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        log.debug("removed staging folder %s", self.folder)

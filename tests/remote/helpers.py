@@ -1,0 +1,264 @@
+"""Helpers for the registry-client tests: a small scriptable HTTP file server and artifacts.
+
+``FileServer`` is a real ``http.server`` on 127.0.0.1 that serves byte strings at
+paths (with single ``Range`` requests), records every request it gets, and can
+be told to misbehave: answer a status a number of times first, cut a body after
+some bytes, ignore ``Range``, redirect, or serve other bytes. It is not the
+registry: it knows nothing of digests, refs or auth. It lets the tests exercise
+the client's HTTP handling (retries, resume, redirects) and the pull's staging
+logic without a registry.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kvreg.core.blockkey import block_keys
+from kvreg.core.digest import Digest
+from kvreg.core.envelope import sign_envelope
+from kvreg.core.keys import SigningKey
+from kvreg.core.manifest import Manifest
+from kvreg.core.merkle import chunk_merkle_root
+from kvreg.core.names import RefName
+from kvreg.store.artifacts import store_artifact
+from kvreg.store.home import Home
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Route:
+    body: bytes = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    ranges: bool = False  # answer Range requests with 206
+
+
+class FileServer:
+    """A threaded HTTP server on 127.0.0.1; ``url`` is its root."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], Route] = {}
+        self.seen: list[Seen] = []
+        self.fail: dict[str, list[int]] = {}  # path -> statuses to answer first, one per request
+        self.cut: dict[str, list[int]] = {}  # path -> byte counts after which to drop the connection
+        self.ignore_range: set[str] = set()
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    body = self._read_chunked()
+                else:
+                    body = self.rfile.read(length) if length else b""
+                path = self.path
+                with server.lock:
+                    server.seen.append(Seen(self.command, path, dict(self.headers.items()), body))
+                    statuses = server.fail.get(path)
+                    status = statuses.pop(0) if statuses else None
+                    cuts = server.cut.get(path)
+                    cut = cuts.pop(0) if cuts else None
+                if status is not None:
+                    self._send(
+                        status, json.dumps({"error": {"code": "UNAVAILABLE", "message": "busy"}}).encode()
+                    )
+                    return
+                route = server.routes.get((self.command, path)) or server.routes.get(("*", path))
+                if route is None:
+                    self._send(
+                        404, json.dumps({"error": {"code": "NOT_FOUND", "message": "no route"}}).encode()
+                    )
+                    return
+                data, code, headers = route.body, route.status, dict(route.headers)
+                rng = self.headers.get("Range")
+                if route.ranges and code == 200:
+                    headers["Accept-Ranges"] = "bytes"
+                    if rng and path not in server.ignore_range:
+                        m = _RANGE.fullmatch(rng)
+                        assert m is not None, rng
+                        start = int(m.group(1))
+                        end = int(m.group(2)) if m.group(2) else len(data) - 1
+                        if start >= len(data):
+                            self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                            return
+                        headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+                        data, code = data[start : end + 1], 206
+                self._send(code, data, headers, cut=cut)
+
+            def _read_chunked(self) -> bytes:
+                out = b""
+                while True:
+                    size = int(self.rfile.readline().strip(), 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        return out
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+
+            def _send(
+                self, code: int, data: bytes, headers: dict[str, str] | None = None, cut: int | None = None
+            ):
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                if "Content-Type" not in (headers or {}):
+                    self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                if cut is not None:
+                    self.send_header("Connection", "close")
+                self.end_headers()
+                if cut is not None:
+                    self.wfile.write(data[:cut])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # connections the tests cut on purpose
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
+
+    def route(self, path: str, body: bytes | dict[str, Any] = b"", *, method: str = "GET", **kw: Any) -> None:
+        if isinstance(body, dict):
+            body = json.dumps(body).encode()
+            kw.setdefault("headers", {"Content-Type": "application/json"})
+        self.routes[(method, path)] = Route(body, **kw)
+
+    def requests(self, method: str | None = None, prefix: str = "") -> list[Seen]:
+        with self.lock:
+            return [
+                s for s in self.seen if (method is None or s.method == method) and s.path.startswith(prefix)
+            ]
+
+
+@contextmanager
+def serve() -> Iterator[FileServer]:
+    server = FileServer()
+    server.thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+# --- artifacts ------------------------------------------------------------------------------
+
+MODEL_FP = Digest.of_bytes(b"model")
+TOKENIZER_FP = Digest.of_bytes(b"tokenizer")
+CONFIG_FP = Digest.of_bytes(b"config")
+
+
+@dataclass
+class Built:
+    manifest: Manifest
+    envelope_bytes: bytes
+    objects: dict[Digest, bytes]
+
+    @property
+    def digest(self) -> Digest:
+        return self.manifest.digest
+
+
+def build_artifact(
+    key: SigningKey, *, token_count: int = 10, block_size: int = 4, chunk_bytes: int = 3000, seed: int = 0
+) -> Built:
+    """A signed manifest whose objects are real bytes (chunks are arbitrary bytes, not safetensors)."""
+    tokens = [(seed * 7919 + i) % 5000 + 1 for i in range(token_count)]
+    n = -(-token_count // block_size)
+    chunks = [bytes([(seed + i + j) % 251 for j in range(chunk_bytes + i)]) for i in range(n)]
+    tokens_bytes = struct.pack(f"<{token_count}I", *tokens)
+    text_bytes = f"text {seed}".encode()
+    logits_bytes = bytes(range(128)) * (seed + 1)
+    digests = [Digest.of_bytes(c) for c in chunks]
+    keys = block_keys(MODEL_FP, TOKENIZER_FP, CONFIG_FP, tokens, block_size)
+    doc = {
+        "schema": "kvreg.manifest/v1",
+        "model": {
+            "fingerprint": MODEL_FP,
+            "name": "tiny-llama",
+            "architecture": "LlamaForCausalLM",
+            "model_type": "llama",
+            "num_layers": 2,
+            "kv_heads": 2,
+            "head_dim": 8,
+            "dtype": "float32",
+            "layer_types": ["full_attention", "full_attention"],
+            "sliding_window": None,
+        },
+        "tokenizer": {"fingerprint": TOKENIZER_FP, "name": "tiny-tok"},
+        "config": {"fingerprint": CONFIG_FP, "profile": "native", "fields": {"threads": 1}},
+        "schedule": {"block_size": block_size, "grid": "absolute"},
+        "tokens": {"count": token_count, "digest": Digest.of_bytes(tokens_bytes)},
+        "text": {"digest": Digest.of_bytes(text_bytes), "size": len(text_bytes)},
+        "chunks": [
+            {
+                "index": i,
+                "start": i * block_size,
+                "end": min((i + 1) * block_size, token_count),
+                "digest": digests[i],
+                "size": len(chunks[i]),
+                "block_key": keys[i],
+            }
+            for i in range(n)
+        ],
+        "merkle_root": chunk_merkle_root(digests),
+        "witness": {"logits_digest": Digest.of_bytes(logits_bytes), "dtype": "float32", "shape": [32]},
+        "verification": {"verifier": "exact-match", "verdict": "pass", "evidence": {"expected": "8788"}},
+        "annotations": {"title": f"t{seed}"},
+        "created": "2025-01-31T12:00:00Z",
+        "kvreg_version": "0.1.0",
+    }
+    manifest = Manifest.from_dict(doc)
+    envelope = sign_envelope(manifest.raw_bytes, key)
+    objects = {Digest.of_bytes(b): b for b in [*chunks, tokens_bytes, text_bytes, logits_bytes]}
+    return Built(manifest, envelope.to_json_bytes(), objects)
+
+
+def store_built(home: Home, built: Built, ref: RefName) -> None:
+    from kvreg.core.envelope import Envelope
+
+    store_artifact(home, built.objects, built.manifest, Envelope.from_json_bytes(built.envelope_bytes), ref)
+
+
+def publish(server: FileServer, built: Built, ref: RefName, *, key: SigningKey, tag: bool = False) -> None:
+    """Serve ``built`` the way the registry's GET endpoints would (static answers)."""
+    ns = f"/api/v1/namespaces/{ref.namespace}"
+    server.route("/api/v1/", {"kvreg": "0.1.0", "api": 1, "storage": "folder", "limits": {}})
+    server.route(f"{ns}/refs/{ref.name}", {"ref": str(ref), "digest": built.digest, "tag": tag})
+    server.route(f"{ns}/envelopes/{built.digest}", built.envelope_bytes)
+    server.route(
+        f"{ns}/keys", {"keys": [{"keyid": key.public_key.keyid, "public_key": key.public_key.to_text()}]}
+    )
+    for d, data in built.objects.items():
+        server.route(f"{ns}/objects/{d}", data, ranges=True)
