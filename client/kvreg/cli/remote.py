@@ -137,7 +137,9 @@ def remote_add(
 
     Nothing is contacted; log in next if the registry needs a token.
 
-    Example: kvreg remote add origin https://registry.example.org
+    Example:
+
+      kvreg remote add origin https://registry.example.org
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -213,7 +215,11 @@ def login(
     printed. Scripts may set $KVREG_TOKEN instead; it takes precedence for every
     remote.
 
-    Examples: kvreg login origin --token kvreg_XXXX ; echo "$TOKEN" | kvreg login origin --token-stdin
+    Examples:
+
+      kvreg login origin --token kvreg_XXXX
+
+      echo "$TOKEN" | kvreg login origin --token-stdin
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -279,7 +285,11 @@ def push(
     when run again. The remote ref moves by compare-and-swap from the value read
     just before, so a concurrent change is never overwritten silently.
 
-    Examples: kvreg push origin aime25/p07 ; kvreg push origin aime25/p07 --as aime25/p07-v1 --tag
+    Examples:
+
+      kvreg push origin aime25/p07
+
+      kvreg push origin aime25/p07 --as aime25/p07-v1 --tag
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -327,7 +337,11 @@ def pull(
     object is checked against its digest before it enters the store (a mismatch
     stores nothing and exits 3). An interrupted pull resumes when run again.
 
-    Examples: kvreg pull origin aime25/p07 ; kvreg pull origin aime25/p07 --as mine/p07 -j 8
+    Examples:
+
+      kvreg pull origin aime25/p07
+
+      kvreg pull origin aime25/p07 --as mine/p07 -j 8
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -372,7 +386,11 @@ def ls_remote(
 ) -> None:
     """List the refs of the remote NAME.
 
-    Examples: kvreg ls-remote origin ; kvreg ls-remote origin aime25 --json
+    Examples:
+
+      kvreg ls-remote origin
+
+      kvreg ls-remote origin aime25 --json
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -388,10 +406,10 @@ def ls_remote(
             return
         table = Table()
         for col in ("ref", "digest", "tag", "updated"):
-            table.add_column(col)
+            table.add_column(col, no_wrap=True)
         for r in rows:
             table.add_row(
-                escape(r["ref"]), r["digest"], "tag" if r["tag"] else "", escape(r["updated_at"] or "-")
+                escape(r["ref"]), r["digest"][:23], "tag" if r["tag"] else "", escape(r["updated_at"] or "-")
             )
         console.print(table)
 

@@ -8,7 +8,8 @@ The registry answers errors as ``{"error": {"code", "message", "hint",
 details are kept, and ``details["http_status"]`` is added. An unknown code is a
 ``RemoteError`` that keeps the code in ``details["remote_code"]``; an answer with
 no code falls back on its status (401, 403, 404, 500, and 429/502/503/504 as
-``UnavailableError``). 401 and 403 get a hint naming the command that fixes them.
+``UnavailableError``). 401 gets a hint naming the command that fixes it (``kvreg
+login NAME``), 403 one about roles unless the registry sent its own.
 
 This module only maps; it does not send requests or retry.
 """
@@ -98,11 +99,10 @@ def map_error(
             f"log in with a valid token: kvreg login {who} --token TOKEN "
             "(a registry admin creates tokens; a revoked or expired one must be replaced)"
         )
-    elif status == 403 or cls is ForbiddenError:
+    elif (status == 403 or cls is ForbiddenError) and hint is None:
         hint = (
             "your token lacks the role this needs: ask a namespace admin for the write role "
             "(push) or the admin role (deleting refs and envelopes)"
-            + (f"; the registry says: {hint}" if hint else "")
         )
     details["http_status"] = status
     error = cls(message, hint=hint)

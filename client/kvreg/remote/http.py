@@ -216,9 +216,17 @@ class RegistryClient:
         return self._json(self._call("GET", self._url("whoami")), "whoami")
 
     def list_namespaces(self) -> list[str]:
-        """The names of the namespaces the caller can read."""
-        doc = self._json(self._call("GET", self._url("namespaces")), "GET namespaces")
-        items = doc.get("namespaces", [])
+        """The names of the namespaces the caller can read.
+
+        The registry answers a JSON array of namespace objects; ``{"namespaces": [...]}``
+        is accepted too.
+        """
+        reply = self._call("GET", self._url("namespaces"))
+        try:
+            doc = json.loads(reply.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise RemoteError("the registry's answer to GET namespaces is not JSON") from e
+        items = doc.get("namespaces") if isinstance(doc, dict) else doc
         if not isinstance(items, list):
             raise RemoteError("the registry's namespace list is malformed")
         names: list[str] = []

@@ -264,6 +264,22 @@ def _known_sizes(manifest: Manifest) -> dict[Digest, int]:
     return sizes
 
 
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _progress_total(manifest: Manifest, sizes: dict[Digest, int], digests: list[Digest]) -> int:
+    """Bytes to expect for the progress bar: stated sizes, plus the witness logits estimated
+    from their shape and dtype (an estimate only: it bounds nothing)."""
+    estimates = dict(sizes)
+    w = manifest.witness
+    if w.logits_digest not in estimates and w.dtype in _ITEMSIZE:
+        n = _ITEMSIZE[w.dtype]
+        for dim in w.shape:
+            n *= dim
+        estimates[w.logits_digest] = n
+    return sum(estimates.get(d, 0) for d in digests)
+
+
 def pull(
     home: Home,
     client: RegistryClient,
@@ -325,7 +341,7 @@ def pull(
     with Staging(home, digest) as staging:
         try:
             staged_before = sum(1 for d in absent if staging.has(d))
-            progress.start(sum(sizes.get(d, 0) for d in absent), len(absent))
+            progress.start(_progress_total(manifest, sizes, absent), len(absent))
 
             def fetch(d: Digest) -> None:
                 if stop.is_set():
