@@ -145,7 +145,9 @@ def _is_connect_error(e: OperationalError) -> bool:
 
 
 def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
-    """``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL; returns rows inserted."""
+    """``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL.
+
+    Returns the number of rows inserted."""
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
@@ -155,8 +157,11 @@ def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, An
         stmt = pg_insert(table).on_conflict_do_nothing()
     else:  # pragma: no cover - make_engine refuses other backends
         stmt = insert(table)
-    result = session.execute(stmt, list(rows))
-    return max(result.rowcount or 0, 0)
+    # RETURNING counts the rows really inserted (rowcount is not reliable for
+    # ON CONFLICT DO NOTHING across drivers and executemany).
+    key = next(iter(table.primary_key.columns))
+    result = session.execute(stmt.returning(key), list(rows))
+    return len(result.all())
 
 
 def alembic_config(url: str) -> Any:

@@ -1,0 +1,131 @@
+"""Fixtures of the integration suite: real registries, a depositor's store, client homes.
+
+Every test that takes ``registry`` runs twice: against SQLite + a folder and against
+PostgreSQL + SeaweedFS (S3), each a real ``kvreg serve`` on loopback. The servers
+are started once per session and shared; each test works in namespaces of its
+own, so tests never see each other's refs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli.helpers import BLOCK, EXTENSION, TEXT, kvreg
+
+from .registry_server import BACKENDS, Registry, running_registry
+
+
+@pytest.fixture(scope="session")
+def _registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Registry]]:
+    started: dict[str, Registry] = {}
+    with ExitStack() as stack:
+
+        class Lazy(dict[str, Registry]):
+            def __missing__(self, backend: str) -> Registry:
+                root = tmp_path_factory.mktemp(f"registry-{backend}")
+                self[backend] = stack.enter_context(running_registry(backend, root))
+                return self[backend]
+
+        lazy = Lazy()
+        yield lazy
+        started.update(lazy)
+
+
+@pytest.fixture(params=BACKENDS)
+def registry(request: pytest.FixtureRequest, _registries: dict[str, Registry]) -> Registry:
+    reg = _registries[request.param]
+    if reg.proc is not None and reg.proc.poll() is not None:
+        pytest.fail(f"the {reg.backend} registry died:\n{reg.log_tail()}")
+    return reg
+
+
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from kvreg.engine.tiny import build_model_dir
+
+    return build_model_dir(tmp_path_factory.mktemp("models") / "llama", "llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def depositor(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> dict[str, Any]:
+    """A store with a signing key and three llama artifacts (blocks of 16 tokens):
+
+    ``src/p07`` (the demo's question and solution), ``src/p07x`` (the same text and
+    more: it shares every full block of ``src/p07``) and ``src/other`` (unrelated).
+    Tests must not change it; they push from it and pull into homes of their own.
+    """
+    root = tmp_path_factory.mktemp("depositor")
+    home = root / "home"
+    kvreg(home, "keys", "generate")
+    public_key = kvreg(home, "keys", "export").out.strip()
+    texts = {
+        "p07": TEXT,
+        "p07x": TEXT + EXTENSION,
+        "other": "A compliance ruling: the transfer is permitted because the counterparty is registered "
+        "and the amount is below the reporting threshold of 10,000 units. Reviewed and approved.",
+    }
+    manifests = {}
+    for name, text in texts.items():
+        path = root / f"{name}.txt"
+        path.write_text(text, encoding="utf-8")
+        kvreg(
+            home,
+            "deposit",
+            llama,
+            "--text-file",
+            path,
+            "--ref",
+            f"src/{name}",
+            "--block-size",
+            BLOCK,
+            "--verifier",
+            "checker",
+            "--verdict",
+            "pass",
+            "--evidence",
+            '{"answer": "738"}',
+            "--title",
+            name,
+        )
+        manifests[name] = read_manifest(home, f"src/{name}")
+    return {"home": home, "public_key": public_key, "manifests": manifests}
+
+
+def read_manifest(home: Path, ref: str) -> Any:
+    """The ``Manifest`` a local ref points at."""
+    from kvreg.core.manifest import Manifest
+    from kvreg.core.names import RefName
+    from kvreg.store.home import Home
+
+    h = Home(home)
+    return Manifest.from_bytes(h.objects.read(h.refs.get(RefName.parse(ref))))
+
+
+def object_sizes(home: Path, manifest: Any) -> dict[str, int]:
+    """Every object an artifact consists of (chunks, tokens, text, witness...) and its size."""
+    from kvreg.store.home import Home
+
+    h = Home(home)
+    return {str(d): h.objects.size(d) for d in manifest.object_digests()}
+
+
+@pytest.fixture
+def make_home(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """``make_home(registry, token, trust=None)``: a client store with ``origin`` set and logged in."""
+    counter = iter(range(1000))
+
+    def make(registry: Registry, token: str | None, *, trust: dict[str, str] | None = None) -> Path:
+        home = tmp_path / f"client{next(counter)}"
+        kvreg(home, "remote", "add", "origin", registry.url)
+        if token is not None:
+            kvreg(home, "login", "origin", "--token", token)
+        for ns, key in (trust or {}).items():
+            kvreg(home, "trust", "add", ns, key)
+        return home
+
+    return make
