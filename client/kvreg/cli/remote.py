@@ -30,7 +30,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from kvreg.cli import common, output
-from kvreg.core.errors import UsageError
+from kvreg.core.errors import UnauthenticatedError, UsageError
 from kvreg.core.names import RefName, validate_namespace
 from kvreg.remote.config import Credentials, RemoteConfig, connect, validate_remote_name, validate_token
 from kvreg.remote.http import RegistryClient
@@ -227,6 +227,11 @@ def login(
     value = _read_token(token, token_stdin)
     with RegistryClient(remote.url, value, remote_name=name, retries=2) as client:
         who = client.whoami()
+    if not isinstance(who.get("user"), str):
+        raise UnauthenticatedError(
+            f"the registry at {remote.url} did not recognize the token (whoami names no user)",
+            hint="check the token; a registry admin creates them with: kvreg-admin token create USER",
+        )
     Credentials(home).set(name, value)
     user = who.get("user")
     roles = who.get("roles") if isinstance(who.get("roles"), dict) else {}

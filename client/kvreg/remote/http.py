@@ -255,9 +255,10 @@ class RegistryClient:
         return str(upload), self._digest_list(doc.get("missing"), "the missing objects")
 
     def close_upload(self, namespace: str, upload_id: str) -> None:
-        """Close an upload session (idempotent; an unknown session is fine)."""
+        """Close an upload session (idempotent; an unknown session is fine; retried once only:
+        a session left open expires on its own)."""
         try:
-            self._call("DELETE", self._ns_url(namespace, "uploads", upload_id), expect=(200, 204))
+            self._call("DELETE", self._ns_url(namespace, "uploads", upload_id), expect=(200, 204), retries=1)
         except NotFoundError as e:
             if e.code != "UPLOAD_UNKNOWN":
                 raise

@@ -283,11 +283,14 @@ class HttpSession:
         params: Mapping[str, Any] | None = None,
         limit: int = MAX_JSON_BYTES,
         on_retry: Callable[[], None] | None = None,
+        retries: int | None = None,
     ) -> Reply:
         """One request with retries: the reply if its status is in ``expect``, else the mapped error.
 
-        ``content`` builds the body afresh for every attempt (a generator streams it).
+        ``content`` builds the body afresh for every attempt (a generator streams it);
+        ``retries`` overrides the session's number of retries for this request.
         """
+        budget = self.retries if retries is None else max(0, retries)
         attempt = 0
         while True:
             kwargs: dict[str, Any] = {"headers": dict(headers or {}), "params": params}
@@ -298,7 +301,7 @@ class HttpSession:
             try:
                 return self._attempt(method, url, kwargs, expect, limit, attempt)
             except _Retry as r:
-                if attempt >= self.retries:
+                if attempt >= budget:
                     raise self.unavailable(method, url, r.reason, attempt + 1) from r
                 if on_retry is not None:
                     on_retry()

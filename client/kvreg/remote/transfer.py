@@ -185,7 +185,15 @@ def push(
         _check_remote_ref(target, current, digest, tag)
         changed = current is None or current.digest != digest
         if changed:
-            client.put_ref(ns, name, digest, None if current is None else current.digest, tag=tag)
+            try:
+                client.put_ref(ns, name, digest, None if current is None else current.digest, tag=tag)
+            except RefConflictError as e:
+                if e.hint is None and type(e) is RefConflictError:
+                    e.hint = (
+                        f"{target} moved on the registry during the push; see where it is now "
+                        f"(kvreg ls-remote {client.remote_name or 'NAME'} {ns}) and push again to replace it"
+                    )
+                raise
     finally:
         for upload_id in sessions:
             try:
