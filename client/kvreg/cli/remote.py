@@ -156,7 +156,9 @@ def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     home = common.home(ctx)
     remotes = RemoteConfig(home).list()
     logged_in = set(Credentials(home).names()) if remotes else set()
-    rows = [{"name": r.name, "url": r.url, "logged_in": r.name in logged_in} for r in remotes]
+    rows: list[dict[str, Any]] = [
+        {"name": r.name, "url": r.url, "logged_in": r.name in logged_in} for r in remotes
+    ]
 
     def render(console: Console) -> None:
         if not rows:
@@ -234,8 +236,9 @@ def login(
         )
     Credentials(home).set(name, value)
     user = who.get("user")
-    roles = who.get("roles") if isinstance(who.get("roles"), dict) else {}
-    data = {
+    raw_roles = who.get("roles")
+    roles: dict[str, Any] = raw_roles if isinstance(raw_roles, dict) else {}
+    data: dict[str, Any] = {
         "remote": name,
         "url": remote.url,
         "user": user,

@@ -51,9 +51,8 @@ def _parse_error_body(body: bytes) -> dict[str, Any]:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return {}
-    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-        return doc["error"]
-    return {}
+    error = doc.get("error") if isinstance(doc, dict) else None
+    return error if isinstance(error, dict) else {}
 
 
 def _text(payload: dict[str, Any], key: str) -> str | None:

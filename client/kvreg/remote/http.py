@@ -233,7 +233,7 @@ class RegistryClient:
         for item in items:
             name = item.get("name") if isinstance(item, dict) else item
             try:
-                names.append(validate_namespace(name))
+                names.append(validate_namespace(str(name)))
             except KvregError:
                 log.warning("the registry listed an invalid namespace name %r; ignoring it", name)
         return sorted(names)
@@ -299,13 +299,12 @@ class RegistryClient:
         digest = Digest(digest)
         if size < 0:
             raise StoreError(f"object {digest}: negative size {size}")
-        path = None if hasattr(source, "read") else Path(source)  # type: ignore[arg-type]
-        stream: BinaryIO | None = None if path is not None else source  # type: ignore[assignment]
-        origin = stream.tell() if stream is not None else 0
+        body_source: Path | BinaryIO = Path(source) if isinstance(source, str | os.PathLike) else source
+        origin = 0 if isinstance(body_source, Path) else body_source.tell()
         sent = [0]
 
         def body() -> Iterator[bytes]:
-            return file_body(path if path is not None else stream, size, digest, sent, progress_cb, origin)  # type: ignore[arg-type]
+            return file_body(body_source, size, digest, sent, progress_cb, origin)
 
         def rewind() -> None:
             if progress_cb is not None and sent[0]:

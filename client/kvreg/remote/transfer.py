@@ -54,7 +54,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
-from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RegistryClient
+from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
 from kvreg.store.artifacts import open_artifact
@@ -239,7 +239,7 @@ def _digests_in(value: Any) -> list[Digest]:
     return out
 
 
-def _check_remote_ref(target: RefName, current: Any, digest: Digest, tag: bool) -> None:
+def _check_remote_ref(target: RefName, current: RefValue | None, digest: Digest, tag: bool) -> None:
     """Refuse early what the registry would refuse: moving a tag, tagging an existing ref."""
     if current is None:
         return
@@ -363,8 +363,8 @@ def pull(
         except DigestMismatchError:
             staging.discard()
             raise
+        staging.discard()  # everything is in the store now
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
-        staging.discard()
 
     log.info("pulled %s as %s (%s)", ref, dest, digest)
     return PullReport(
