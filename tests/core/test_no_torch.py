@@ -48,3 +48,21 @@ def test_core_and_registry_import_without_heavy_libraries() -> None:
         assert f"kvreg.core.{name}" in expected
     assert set(report["imported"]) >= {n for n in expected if not n.rsplit(".", 1)[1].startswith("_")}
     assert report["loaded"] == [], f"kvreg.core or kvreg_registry imported {report['loaded']}"
+
+
+_APP_SCRIPT = """
+import json, sys
+import kvreg_registry.app, kvreg_registry.admin, kvreg.remote, kvreg.cli.main
+app = kvreg_registry.app.create_app()
+engine = ("torch", "transformers", "safetensors", "numpy")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in engine)))
+"""
+
+
+def test_registry_app_and_remote_client_never_import_the_engine() -> None:
+    """DESIGN.md §5: the server imports kvreg.core but never torch; nor do the client and CLI entry."""
+    result = subprocess.run(
+        [sys.executable, "-c", _APP_SCRIPT], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

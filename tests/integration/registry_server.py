@@ -96,6 +96,23 @@ class Registry:
         except OSError:
             return "(no log)"
 
+    @contextlib.contextmanager
+    def another_process(self, **extra_env: str) -> Iterator[Registry]:
+        """A second ``kvreg serve`` on the same database and storage (scale-out), stopped after."""
+        other = Registry(
+            self.backend,
+            self.root,
+            {**self.env, **extra_env},
+            admin_token=self.admin_token,
+            storage_url=self.storage_url,
+            s3=self.s3,
+        )
+        other.start()
+        try:
+            yield other
+        finally:
+            other.stop()
+
     # --- administration ------------------------------------------------------------------
 
     def admin_cli(self, *args: str) -> Any:

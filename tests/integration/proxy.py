@@ -1,0 +1,85 @@
+"""A fault-injecting HTTP proxy in front of a real registry, for interruption tests.
+
+It forwards every request to the registry unchanged, except that after ``allow``
+object transfers (GETs or PUTs of ``/objects/sha256:...``) it stalls the next one:
+a GET gets its headers and the first half of its body, then nothing; a PUT is
+never forwarded. The test then kills the client with SIGKILL, as a crash or a
+pulled cable would, and checks that a second run resumes. Loopback only; the
+server thread stops with :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+_OBJECT = re.compile(r"/api/v1/namespaces/[^/]+/objects/sha256:[0-9a-f]{64}$")
+_HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
+
+
+class StallingProxy:
+    def __init__(self, upstream: str, *, method: str, allow: int) -> None:
+        self.upstream = upstream
+        self.method = method
+        self.allow = allow
+        self.passed = 0
+        self.stalled = threading.Event()
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                is_transfer = self.command == proxy.method and _OBJECT.match(self.path) is not None
+                stall = False
+                if is_transfer:
+                    with proxy._lock:
+                        if proxy.passed >= proxy.allow:
+                            stall = True
+                        else:
+                            proxy.passed += 1
+                if stall and self.command == "PUT":
+                    proxy.stalled.set()
+                    proxy.release.wait(120)
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                r = httpx.request(
+                    self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=60
+                )
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in _HOP:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                if stall:
+                    self.wfile.write(r.content[: len(r.content) // 2])
+                    self.wfile.flush()
+                    proxy.stalled.set()
+                    proxy.release.wait(120)
+                    return
+                if self.command != "HEAD":
+                    self.wfile.write(r.content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,114 @@
+"""An interrupted pull or push, killed with SIGKILL mid-transfer, resumes without moving
+finished objects again: the registry issue's resume acceptance, on both backends."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cli.helpers import kvreg, kvreg_env
+
+from .conftest import object_sizes
+from .proxy import StallingProxy
+from .registry_server import Registry
+from .test_push_pull import _pusher
+
+
+def _kill_when_stalled(proc: subprocess.Popen[str], proxy: StallingProxy) -> None:
+    try:
+        assert proxy.stalled.wait(120), "the transfer never reached the stalled object"
+        time.sleep(0.5)  # let the client write what it received
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+
+def _start(home: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kvreg", *args],
+        env=kvreg_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_killed_pull_resumes_without_downloading_finished_objects(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    token = registry.user({ns: "write"})
+    pusher = _pusher(depositor, make_home(registry, token))
+    kvreg(pusher, "push", "origin", "src/p07x", "--as", f"{ns}/p07x")
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
+
+    allow = 3
+    proxy = StallingProxy(registry.url, method="GET", allow=allow)
+    try:
+        home = make_home(registry, token, trust={ns: depositor["public_key"]})
+        kvreg(home, "remote", "add", "flaky", proxy.url)
+        kvreg(home, "login", "flaky", "--token", token)
+        proc = _start(home, "pull", "flaky", f"{ns}/p07x", "-j", "1")
+        _kill_when_stalled(proc, proxy)
+    finally:
+        proxy.close()
+    assert proc.returncode == -signal.SIGKILL
+    staging = list((home / "tmp").glob("pull-*"))
+    assert len(staging) == 1, "the interrupted pull keeps its verified objects in a staging folder"
+    complete = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}", p.name)]
+    partial = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}[.]incomplete", p.name)]
+    assert len(complete) == allow
+    assert len(partial) == 1 and partial[0].stat().st_size > 0
+    finished = sum(p.stat().st_size for p in complete)
+    partial_size = partial[0].stat().st_size
+    # Nothing is visible in the store before the pull completes.
+    assert not (home / "refs" / ns).exists()
+
+    report = kvreg(home, "--json", "pull", "origin", f"{ns}/p07x").json
+    assert report["objects_staged"] == allow
+    assert report["objects_downloaded"] == len(sizes) - allow
+    # The partial object resumed with a Range request: fewer bytes than the rest of the artifact.
+    assert report["bytes_downloaded"] < sum(sizes.values()) - finished
+    assert report["bytes_downloaded"] == sum(sizes.values()) - finished - partial_size
+    kvreg(home, "fsck")
+    kvreg(home, "verify", f"{ns}/p07x")
+    assert not list((home / "tmp").glob("pull-*")), "a completed pull removes its staging folder"
+
+
+def test_killed_push_resumes_sending_only_what_is_missing(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    token = registry.user({ns: "write"})
+    home = _pusher(depositor, make_home(registry, token))
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07"])
+
+    allow = 2
+    proxy = StallingProxy(registry.url, method="PUT", allow=allow)
+    try:
+        kvreg(home, "remote", "add", "flaky", proxy.url)
+        kvreg(home, "login", "flaky", "--token", token)
+        proc = _start(home, "push", "flaky", "src/p07", "--as", f"{ns}/p07", "-j", "1")
+        _kill_when_stalled(proc, proxy)
+    finally:
+        proxy.close()
+    with registry.http(token) as c:
+        assert c.get(f"/namespaces/{ns}/refs/p07").status_code == 404, (
+            "no ref before the objects are all there"
+        )
+
+    report = kvreg(home, "--json", "push", "origin", "src/p07", "--as", f"{ns}/p07").json
+    assert report["objects_sent"] == len(sizes) - allow
+    assert report["ref_changed"] is True
+    dst = make_home(registry, token, trust={ns: depositor["public_key"]})
+    kvreg(dst, "pull", "origin", f"{ns}/p07")
+    kvreg(dst, "verify", f"{ns}/p07")
+    os.environ.get("KVREG_HOME")  # the tests never touch the user's own store
