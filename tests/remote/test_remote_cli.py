@@ -174,3 +174,24 @@ def test_push_and_pull_usage_errors(tmp_path):
     kvreg(home, "push", "origin", "ns/a", "-j", "0", expect=2)
     run = kvreg(home, "--json", "push", "origin", "ns/a", expect=1)
     assert json.loads(run.stdout)["error"]["code"] == "REF_UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["remote"], ["remote", "add"], ["remote", "list"], ["remote", "remove"], ["login"], ["logout"],
+     ["push"], ["pull"], ["ls-remote"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_help(tmp_path, command):
+    out = kvreg(tmp_path, *command, "--help").stdout
+    assert f"kvreg {' '.join(command)}" in out
+
+
+def test_the_client_does_not_import_torch():
+    heavy = ("torch", "transformers", "numpy", "sqlalchemy", "fastapi")
+    code = (
+        "import sys, kvreg.cli.remote, kvreg.remote; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
