@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import stat
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from kvreg.cli.main import main
 
-from .helpers import kvreg, kvreg_env
+from .helpers import Run, kvreg, kvreg_env
 
 COMMANDS = [
     [],
@@ -157,7 +158,23 @@ def test_engine_defaults_known_before_torch_match_the_engine():
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
     workdir = tmp_path / "demo"
-    run = kvreg(tmp_path / "unused-home", "demo", "--workdir", workdir, "--json", timeout=600)
+    # The demo's registry uses the embedded defaults and the tokens it logged in with,
+    # whatever these say.
+    outside = {
+        "KVREG_TOKEN": "kvreg_not-the-demo-token",
+        "KVREG_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/nothing",
+        "KVREG_STORAGE": "s3://nothing/here",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvreg", "demo", "--workdir", str(workdir), "--json"],
+        env={**kvreg_env(tmp_path / "unused-home"), **outside},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    run = Run(["demo"], proc.returncode, proc.stdout, proc.stderr)
+    assert run.rc == 0, str(run)
     report = run.json
     assert report["ok"] is True, report["failures"]
     assert [g["check"]["byte_exact"] for g in report["grafts"]] == [True, True]
@@ -169,6 +186,49 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "demo:" in run.err  # progress on stderr
     assert not (tmp_path / "unused-home").exists()  # the demo uses its own store
     assert (workdir / "home" / "refs" / "demo" / "p07").is_file()
+
+    reg = report["registry"]
+    assert reg["backend"] == "sqlite+folder"
+    assert reg["bootstrap"]["whoami"]["home"]["admin"] is True
+    assert reg["bootstrap"]["whoami"]["second_home"]["roles"] == {"demo": "read"}
+    push, pull, again = reg["push"], reg["pull"], reg["second_push"]
+    assert push["objects_sent"] == push["objects_total"] > 0
+    assert push["bytes_sent"] == push["bytes_total"] > 0
+    assert pull["digest"] == push["digest"] and reg["same_manifest"] is True
+    assert pull["objects_downloaded"] == pull["objects_total"] and pull["objects_local"] == 0
+    assert pull["bytes_downloaded"] == push["bytes_sent"]
+    assert pull["signer"] == reg["bootstrap"]["key_id"]
+    # The pulled copy, in a home that trusts only the demo key, grafts byte-exactly.
+    check = reg["graft"]["check"]
+    assert reg["byte_exact"] is True and check["byte_exact"] is True
+    assert check["sha256_equal_steps"] == check["steps"] == 32
+    assert (workdir / "second-home" / "refs" / "demo" / "p07").is_file()
+    # Pushing again sends nothing; the longer artifact sends only its new chunks, both ways.
+    assert again["objects_sent"] == 0 and again["bytes_sent"] == 0 and again["ref_changed"] is False
+    longer_push, longer_pull = reg["push_longer"], reg["pull_longer"]
+    assert 0 < longer_push["objects_sent"] < longer_push["objects_total"]
+    assert 0 < longer_push["bytes_sent"] < longer_push["bytes_total"]
+    assert longer_pull["objects_downloaded"] == longer_push["objects_sent"]
+    assert longer_pull["objects_local"] == longer_pull["objects_total"] - longer_push["objects_sent"]
+    assert (workdir / "registry" / "data" / "registry.sqlite3").is_file()
+    # The server is stopped when the demo returns.
+    port = int(reg["url"].rsplit(":", 1)[1])
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+
+    # The human-readable rendering of the same report.
+    from rich.console import Console
+
+    from kvreg.cli.demo import _render
+
+    console = Console(record=True, width=200, force_terminal=False)
+    _render(console, report)
+    text = console.export_text()
+    assert "6. share through a registry" in text
+    assert "push demo/p07 again" in text
+    assert "graft in the second home with --check: byte-exact, 32/32" in text
+    assert "demo passed" in text
+
     rerun = kvreg(tmp_path, "demo", "--workdir", workdir, expect=2)
     assert "not an empty folder" in rerun.err
 

@@ -1,9 +1,11 @@
-"""``kvreg demo``: deposit, dedupe, graft byte-exactly, refuse, recompute — offline, in a minute.
+"""``kvreg demo``: deposit, dedupe, graft byte-exactly, refuse, recompute, share through a
+registry — offline, in well under a minute.
 
 The work happens in ``kvreg.engine.demo.run_demo`` in a work folder with its own
 store and key (a temporary one unless ``--workdir``); this module prepares the
 environment, shows progress on stderr and renders the report. It exits 3 if a
-check fails.
+check fails. The registry act starts ``kvreg serve`` on 127.0.0.1 and stops it
+before the command returns; ``--no-registry`` leaves it out.
 """
 
 from __future__ import annotations
@@ -124,11 +126,73 @@ def _render(console: Console, r: dict[str, Any]) -> None:
     console.print(
         Panel(escape(first["output_text"]), title="decoded after the graft (random weights)", expand=False)
     )
+    if r.get("registry") is not None:
+        _render_registry(console, r["registry"])
     if r["ok"]:
         console.print(f"[bold green]demo passed[/bold green] in {r['seconds']:.1f} s")
     else:
         for f in r["failures"]:
             console.print(f"[bold red]failed:[/bold red] {escape(f)}")
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _render_registry(console: Console, g: dict[str, Any]) -> None:
+    if "error" in g:
+        e = g["error"]
+        console.print(f"[red]6. the registry act failed: {e['code']}: {escape(e['message'])}[/red]")
+        return
+    b = g["bootstrap"]
+    admin, reader = escape(b["admin_user"]), escape(b["reader_user"])
+    console.print(
+        f"\n[bold]6. share through a registry[/bold]: kvreg serve at {g['url']} on the embedded "
+        f"defaults (SQLite + object folder in the work folder), started in the background during acts "
+        f"4-5 (then waited {_seconds(g['startup_wait_seconds'])} for it)\n"
+        f"   kvreg-admin: user {admin} (server admin) and a token, private namespace {b['namespace']} "
+        f"accepting the demo key {b['key_id'][:19]}…, user {reader} with the read role and a token\n"
+        f"   this home: remote add {g['remote']} + login as {admin}; a second, fresh home: login as "
+        f"{reader}, trusts only the demo key for {b['namespace']}"
+    )
+    table = Table(title="objects go over the wire once", title_justify="left")
+    for col in ("step", "objects over the wire", "bytes over the wire", "time"):
+        table.add_column(col, justify="left" if col == "step" else "right")
+
+    def push_row(label: str, p: dict[str, Any]) -> None:
+        table.add_row(
+            label,
+            f"{p['objects_sent']}/{p['objects_total']}",
+            f"{_size(p['bytes_sent'])} of {_size(p['bytes_total'])}",
+            _seconds(p["seconds"]),
+        )
+
+    def pull_row(label: str, p: dict[str, Any]) -> None:
+        fetched = p["objects_downloaded"] + p["objects_staged"]
+        table.add_row(
+            label,
+            f"{fetched}/{p['objects_total']} ({p['objects_local']} already there)",
+            _size(p["bytes_downloaded"]),
+            _seconds(p["seconds"]),
+        )
+
+    push_row(f"push {escape(g['push']['ref'])}", g["push"])
+    pull_row(f"pull {escape(g['pull']['ref'])} into the second home", g["pull"])
+    push_row(f"push {escape(g['second_push']['ref'])} again", g["second_push"])
+    push_row(f"push {escape(g['push_longer']['ref'])}", g["push_longer"])
+    pull_row(f"pull {escape(g['pull_longer']['ref'])} into the second home", g["pull_longer"])
+    console.print(table)
+    c = g["graft"]["check"]
+    state = "[green]byte-exact[/green]" if c["byte_exact"] else "[red]NOT byte-exact[/red]"
+    same = g["pull"]["digest"] == g["push"]["digest"]
+    console.print(
+        f"   pulled manifest {g['pull']['digest'][:19]}… {'equals' if same else '[red]differs from[/red]'} "
+        f"the pushed one, signature verified (signer {escape(str(g['pull']['signer'])[:19])}…)\n"
+        f"   graft in the second home with --check: {state}, {c['sha256_equal_steps']}/{c['steps']} "
+        f"SHA-256-equal steps, max KL {c['max_kl']:.3g}\n"
+        f"   the registry stores {g['stored']['objects']} objects ({_size(g['stored']['bytes'])}) for both "
+        f"artifacts; the server was stopped ({_seconds(g['seconds'])} for this act)\n"
+    )
 
 
 def demo_cmd(
@@ -141,9 +205,18 @@ def demo_cmd(
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary work folder.")] = False,
     threads: Annotated[int, typer.Option("--threads", min=1, max=1024, help="CPU threads.")] = 2,
+    no_registry: Annotated[
+        bool,
+        typer.Option("--no-registry", help="Leave out the registry act (kvreg serve, push, pull, graft)."),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
 ) -> None:
-    """Run the whole story on a small built-in model: deposit, dedupe, graft, check, refuse."""
+    """Run the whole story on a small built-in model: deposit, dedupe, graft, check, refuse, share.
+
+    The last act starts a registry (kvreg serve on 127.0.0.1, SQLite + object
+    folder in the work folder), pushes, pulls into a second home, grafts there
+    with the check, and stops the registry.
+    """
     out = output.get(ctx, json_output)
     if workdir is not None:
         if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
@@ -163,7 +236,7 @@ def demo_cmd(
         def progress(message: str) -> None:
             out.note(f"[dim]demo:[/dim] {escape(message)}")
 
-        report = run_demo(work, threads=threads, progress=progress)
+        report = run_demo(work, threads=threads, registry=not no_registry, progress=progress)
     finally:
         if temporary and not keep:
             shutil.rmtree(work, ignore_errors=True)

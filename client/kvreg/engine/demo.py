@@ -7,19 +7,37 @@ blocks are stored), grafts the first artifact and checks it against a fresh
 computation over 32 decode steps, grafts at a block boundary with a new suffix
 and checks that too, shows the refusal of a model with one weight changed,
 recomputes the artifact (``verify --recompute``), and compares restore time with
-prefill time. It returns a plain dict; the CLI renders it. Nothing here prints.
+prefill time.
+
+Then, unless ``registry=False``, the registry act: it bootstraps a registry's
+embedded defaults (SQLite and an object folder under ``<workdir>/registry``) with
+the functions ``kvreg-admin`` calls (an admin user and token, a private
+namespace ``demo`` that accepts the demo signer's key, a ``reader`` user with the
+read role), starts ``kvreg serve`` as a subprocess on 127.0.0.1 and a free port,
+adds it as a remote and logs in, pushes the solution, pulls it into a second,
+fresh home that trusts only the demo signer for ``demo``, grafts it there with
+the check, pushes it again (nothing is sent), and pushes and pulls the longer
+artifact (only its new chunks travel). The server is stopped whatever happens
+(errors, Ctrl-C), and dies with the demo's process on Linux if that is killed.
+
+It returns a plain dict; the CLI renders it. Nothing here prints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvreg.core.atomicfile import atomic_write_bytes
-from kvreg.core.errors import FingerprintMismatchError, KvregError
+from kvreg.core.errors import FingerprintMismatchError, KvregError, UnavailableError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import WILDCARD, TrustPolicy
@@ -57,6 +75,15 @@ EXTENSION = (
 )
 FOLLOW_UP = " Now the same question for a + b = 2000: Step 1:"
 ANSWER = "738"
+
+# The registry act.
+NAMESPACE = "demo"
+REMOTE = "demo-registry"
+ADMIN_USER = "admin"
+READER_USER = "reader"
+SERVER_START_TIMEOUT = 60.0
+SERVER_STOP_TIMEOUT = 10.0
+TRANSFER_JOBS = 4
 
 
 def _noop(_: str) -> None:
@@ -96,8 +123,17 @@ def _graft_row(name: str, lm: Any, outcome: Any, decoded: Any, comparison: Any) 
     }
 
 
-def run_demo(workdir: str | Path, *, threads: int = 2, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the demo in ``workdir`` (which should be empty); return the report."""
+def run_demo(
+    workdir: str | Path,
+    *,
+    threads: int = 2,
+    registry: bool = True,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the demo in ``workdir`` (which should be empty); return the report.
+
+    ``registry=False`` leaves out the registry act (``report["registry"]`` is None).
+    """
     say = progress or _noop
     started = time.perf_counter()
     work = Path(workdir)
@@ -206,24 +242,42 @@ def run_demo(workdir: str | Path, *, threads: int = 2, progress: Progress | None
         "ratio": min(prefill_times) / max(min(restore_times), 1e-9),
     }
 
-    say("showing a refusal: the same model with one weight changed")
-    perturbed_dir = perturb_one_weight(model_dir, work / f"tiny-{ARCH}-one-weight-changed")
-    refusal: dict[str, Any] | None = None
-    perturbed = load_model(perturbed_dir, settings, cache_dir=home.cache_dir)
-    try:
-        graft(perturbed, home, manifest, tokens)
-    except FingerprintMismatchError as e:
-        refusal = {"code": e.code, "message": e.message, "differs": e.details.get("differs")}
-    except KvregError as e:
-        failures.append(f"the perturbed model failed with {e.code} instead of FINGERPRINT_MISMATCH")
-    else:
-        failures.append("a model with one weight changed was not refused")
-    del perturbed
+    shared_registry: dict[str, Any] | None = None
+    with contextlib.ExitStack() as stack:
+        act: _RegistryAct | None = None
+        if registry:
+            act = stack.enter_context(_RegistryAct(work, home, key, say))
+            try:
+                act.prepare()  # the server starts while the next two acts run
+            except KvregError as e:
+                failures.append(f"the registry act failed: {e.code}: {e.message}")
+                shared_registry, act = {"error": e.to_dict()}, None
 
-    say("recomputing the artifact (verify --recompute)")
-    recompute = recompute_artifact(lm, manifest, tokens).to_dict()
-    if not recompute["byte_exact"]:
-        failures.append("recomputing the artifact gave other chunks")
+        say("showing a refusal: the same model with one weight changed")
+        perturbed_dir = perturb_one_weight(model_dir, work / f"tiny-{ARCH}-one-weight-changed")
+        refusal: dict[str, Any] | None = None
+        perturbed = load_model(perturbed_dir, settings, cache_dir=home.cache_dir)
+        try:
+            graft(perturbed, home, manifest, tokens)
+        except FingerprintMismatchError as e:
+            refusal = {"code": e.code, "message": e.message, "differs": e.details.get("differs")}
+        except KvregError as e:
+            failures.append(f"the perturbed model failed with {e.code} instead of FINGERPRINT_MISMATCH")
+        else:
+            failures.append("a model with one weight changed was not refused")
+        del perturbed
+
+        say("recomputing the artifact (verify --recompute)")
+        recompute = recompute_artifact(lm, manifest, tokens).to_dict()
+        if not recompute["byte_exact"]:
+            failures.append("recomputing the artifact gave other chunks")
+
+        if act is not None:
+            try:
+                shared_registry = act.run(lm, [ref, RefName("demo", "p07-checked")], failures)
+            except KvregError as e:
+                failures.append(f"the registry act failed: {e.code}: {e.message}")
+                shared_registry = {"error": e.to_dict()}
 
     return {
         "workdir": str(work),
@@ -244,7 +298,293 @@ def run_demo(workdir: str | Path, *, threads: int = 2, progress: Progress | None
         "timing": timing,
         "refusal": refusal,
         "recompute": recompute,
+        "registry": shared_registry,
         "failures": failures,
         "ok": not failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+# --- the registry act --------------------------------------------------------------------
+
+# Run in the server's process before ``kvreg serve``: on Linux, ask the kernel to send
+# SIGTERM when the demo's process dies (even by SIGKILL), so that no server outlives it;
+# exit at once if the demo is already gone. prctl(PR_SET_PDEATHSIG = 1) survives exec.
+_SERVER_LAUNCHER = """
+import ctypes, os, signal, sys
+if sys.platform.startswith("linux"):
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, "-m", "kvreg", *sys.argv[2:]])
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _log_tail(path: Path, n: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:].strip() or "(empty log)"
+    except OSError:
+        return "(no log)"
+
+
+class _Server:
+    """``kvreg serve --data DATA_DIR`` on 127.0.0.1 and a free port, as a subprocess.
+
+    :meth:`start` launches it and returns at once (it starts while the demo does
+    other work); :meth:`wait` returns its URL once ``GET /api/v1/`` answers, and
+    launches it again on another port if it exited (another process took the free
+    port first); :meth:`stop` (also on leaving the ``with`` block) terminates it,
+    then kills it if it does not stop. The server gets the embedded defaults
+    whatever ``KVREG_*`` variables are set in this process.
+    """
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.url = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> _Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.stop()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KVREG_")}
+        env["KVREG_DATA"] = str(self.data_dir)
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        argv = ["serve", "--data", str(self.data_dir), "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--log-level", "warning"]
+        with self.log_path.open("ab") as server_log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER_LAUNCHER, str(os.getpid()), *argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=server_log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait(self) -> tuple[str, float]:
+        """The server's URL once it answers, and the seconds this call waited for it."""
+        import httpx
+
+        waited = time.perf_counter()
+        if self.proc is None:
+            self.start()
+        for attempt in range(3):
+            deadline = time.monotonic() + SERVER_START_TIMEOUT
+            with httpx.Client(trust_env=False, timeout=2.0) as http:
+                while self.proc is not None and time.monotonic() < deadline and self.proc.poll() is None:
+                    with contextlib.suppress(httpx.HTTPError):
+                        if http.get(f"{self.url}/api/v1/").status_code == 200:
+                            return self.url, time.perf_counter() - waited
+                    time.sleep(0.05)
+            if self.proc is not None and self.proc.poll() is None:
+                self.stop()
+                raise UnavailableError(
+                    f"the demo registry did not answer within {SERVER_START_TIMEOUT:.0f} s:\n"
+                    + _log_tail(self.log_path)
+                )
+            code = None if self.proc is None else self.proc.returncode
+            log.info("the demo registry exited with %s (attempt %d)", code, attempt + 1)
+            self.start()
+        self.stop()
+        raise UnavailableError(f"the demo registry did not start:\n{_log_tail(self.log_path)}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(SERVER_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.warning("the demo registry did not stop within %.0f s; killing it", SERVER_STOP_TIMEOUT)
+            proc.kill()
+            proc.wait()
+
+
+def _bootstrap(data_dir: Path, key: SigningKey) -> dict[str, Any]:
+    """What an operator does with ``kvreg-admin`` before the first start: returns the tokens."""
+    from kvreg_registry.admin import ACTOR
+    from kvreg_registry.app import open_state
+    from kvreg_registry.services import accounts
+    from kvreg_registry.settings import Settings
+
+    state = open_state(Settings(data_dir=data_dir))  # the embedded defaults; migrates to head
+    try:
+        with state.db.write() as s:
+            accounts.create_user(s, ACTOR, ADMIN_USER, admin=True)
+            admin_token = accounts.create_token(s, ACTOR, ADMIN_USER, label="kvreg demo").token
+            accounts.create_namespace(s, ACTOR, NAMESPACE, description="kvreg demo")
+            accounts.register_key(s, ACTOR, NAMESPACE, key.public_key.to_text())
+            accounts.create_user(s, ACTOR, READER_USER)
+            accounts.set_role(s, ACTOR, NAMESPACE, READER_USER, "read")
+            reader_token = accounts.create_token(s, ACTOR, READER_USER, label="kvreg demo").token
+    finally:
+        state.db.dispose()
+    return {"admin": admin_token, "reader": reader_token}
+
+
+def _login(home: Home, url: str, token: str) -> dict[str, Any]:
+    """``kvreg remote add`` and ``kvreg login`` (the token is checked with whoami first)."""
+    from kvreg.remote.config import Credentials, RemoteConfig
+    from kvreg.remote.http import RegistryClient
+
+    remote = RemoteConfig(home).add(REMOTE, url)
+    with RegistryClient(remote.url, token, remote_name=REMOTE, retries=2) as client:
+        who = client.whoami()
+    Credentials(home).set(REMOTE, token)
+    return who
+
+
+def _client(home: Home) -> Any:
+    """A client for the demo remote with the token ``kvreg login`` stored (not ``$KVREG_TOKEN``)."""
+    from kvreg.remote.config import Credentials, RemoteConfig
+    from kvreg.remote.http import RegistryClient
+
+    remote = RemoteConfig(home).get(REMOTE)
+    auth = Credentials(home, environ={}).auth_for(REMOTE)
+    return RegistryClient(remote.url, None if auth is None else auth.token, remote_name=REMOTE, retries=2)
+
+
+def _timed(report: Any, started: float) -> dict[str, Any]:
+    return {**report.to_dict(), "seconds": round(time.perf_counter() - started, 4)}
+
+
+def _stored(data_dir: Path) -> dict[str, int]:
+    """Objects and bytes in the registry's object folder (each stored once)."""
+    files = [p for p in (data_dir / "objects" / "objects").rglob("*") if p.is_file()]
+    return {"objects": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+class _RegistryAct:
+    """The registry act: :meth:`prepare` bootstraps the data folder and starts the server,
+    :meth:`run` does the rest; leaving the ``with`` block stops the server."""
+
+    def __init__(self, work: Path, home: Home, key: SigningKey, say: Progress) -> None:
+        self.work = work
+        self.home = home
+        self.key = key
+        self.say = say
+        self.root = work / "registry"
+        self.data_dir = self.root / "data"
+        self.server = _Server(self.data_dir, self.root / "server.log")
+        self.tokens: dict[str, str] = {}
+        self.bootstrap_seconds = 0.0
+
+    def __enter__(self) -> _RegistryAct:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+    def prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.say(
+            f"bootstrapping a registry in {self.data_dir} with kvreg-admin's functions "
+            f"(admin user and token, namespace {NAMESPACE}, the demo key, a reader)"
+        )
+        t = time.perf_counter()
+        self.tokens = _bootstrap(self.data_dir, self.key)
+        self.bootstrap_seconds = time.perf_counter() - t
+        self.say("starting it in the background: kvreg serve on 127.0.0.1 (SQLite + object folder)")
+        self.server.start()
+
+    def run(self, lm: Any, refs: list[RefName], failures: list[str]) -> dict[str, Any]:
+        from kvreg.remote.transfer import pull, push
+
+        started = time.perf_counter()
+        say, home, key = self.say, self.home, self.key
+        ref, longer = refs
+        second = Home(self.work / "second-home").ensure()
+        policy = TrustPolicy()
+        policy.allow(NAMESPACE, key.public_key)
+        policy.save(second.trust_path)
+
+        url, waited = self.server.wait()
+        say(f"registry up at {url}; remote add + login ({ADMIN_USER} here, {READER_USER} in a second home)")
+        who = _login(home, url, self.tokens["admin"])
+        who_reader = _login(second, url, self.tokens["reader"])
+        with _client(home) as client, _client(second) as reader:
+            say(f"pushing {ref}")
+            t = time.perf_counter()
+            pushed = _timed(push(home, client, ref, jobs=TRANSFER_JOBS), t)
+            say(f"pulling {ref} into the second home")
+            t = time.perf_counter()
+            pulled = _timed(pull(second, reader, ref, jobs=TRANSFER_JOBS), t)
+
+            say(f"grafting {ref} in the second home and checking {DECODE_STEPS} decode steps")
+            artifact = open_artifact(second, str(ref))
+            tokens = read_tokens(second, artifact.manifest)
+            outcome = graft(lm, second, artifact.manifest, tokens)
+            decoded = continue_decoding(lm, outcome, DECODE_STEPS)
+            grafted = _graft_row(
+                "pulled artifact", lm, outcome, decoded, check_graft(lm, outcome.plan, decoded)
+            )
+
+            say(f"pushing {ref} again")
+            t = time.perf_counter()
+            again = _timed(push(home, client, ref, jobs=TRANSFER_JOBS), t)
+            say(f"pushing and pulling {longer}, which shares its first chunks with {ref}")
+            t = time.perf_counter()
+            pushed_longer = _timed(push(home, client, longer, jobs=TRANSFER_JOBS), t)
+            t = time.perf_counter()
+            pulled_longer = _timed(pull(second, reader, longer, jobs=TRANSFER_JOBS), t)
+        say("stopping the registry")
+        self.server.stop()
+        stored = _stored(self.data_dir)
+
+        if pulled["digest"] != pushed["digest"]:
+            failures.append("the pulled manifest digest differs from the pushed one")
+        if not grafted["check"]["byte_exact"]:
+            failures.append("the graft of the pulled artifact is not byte-exact")
+        if again["objects_sent"] != 0 or again["bytes_sent"] != 0:
+            failures.append("pushing the same artifact again sent objects")
+        if pushed_longer["objects_sent"] >= pushed_longer["objects_total"]:
+            failures.append("pushing the longer artifact sent its shared chunks again")
+        if pulled_longer["objects_downloaded"] >= pulled_longer["objects_total"]:
+            failures.append("pulling the longer artifact downloaded its shared chunks again")
+
+        return {
+            "url": url,
+            "backend": "sqlite+folder",
+            "data": str(self.data_dir),
+            "log": str(self.server.log_path),
+            "startup_wait_seconds": round(waited, 3),
+            "bootstrap": {
+                "seconds": round(self.bootstrap_seconds, 3),
+                "namespace": NAMESPACE,
+                "public": False,
+                "key_id": key.public_key.keyid,
+                "admin_user": ADMIN_USER,
+                "reader_user": READER_USER,
+                "whoami": {"home": who, "second_home": who_reader},
+            },
+            "remote": REMOTE,
+            "second_home": str(second.root),
+            "same_manifest": pulled["digest"] == pushed["digest"],
+            "byte_exact": grafted["check"]["byte_exact"],
+            "push": pushed,
+            "pull": pulled,
+            "graft": grafted,
+            "second_push": again,
+            "push_longer": pushed_longer,
+            "pull_longer": pulled_longer,
+            "stored": stored,
+            # bootstrap, then this act after the server was started (the acts between excluded)
+            "seconds": round(self.bootstrap_seconds + time.perf_counter() - started, 3),
+        }
