@@ -46,6 +46,7 @@ class Principal:
     name: str | None = None
     is_admin: bool = False
     token_id: int | None = None
+    last_used_at: dt.datetime | None = None
     _roles: dict[int, str | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -121,7 +122,27 @@ def authenticate(session: Session, token: str | None) -> Principal:
         raise UnauthenticatedError("this token has expired")
     if user.disabled_at is not None:
         raise UnauthenticatedError(f"user {user.name!r} is disabled")
-    return Principal(user_id=user.id, name=user.name, is_admin=user.is_admin, token_id=token_row.id)
+    principal = Principal(user_id=user.id, name=user.name, is_admin=user.is_admin, token_id=token_row.id)
+    principal.last_used_at = token_row.last_used_at
+    return principal
+
+
+LAST_USED_RESOLUTION = dt.timedelta(minutes=5)
+
+
+def needs_last_used_update(principal: Principal) -> bool:
+    """Whether the token's ``last_used_at`` is older than the resolution we keep (one write per
+    token every few minutes, not one per request)."""
+    if principal.token_id is None:
+        return False
+    last = principal.last_used_at
+    return last is None or utcnow() - last > LAST_USED_RESOLUTION
+
+
+def touch_token(session: Session, token_id: int) -> None:
+    from sqlalchemy import update
+
+    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
 
 
 def expiry(days: int | None) -> dt.datetime | None:

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.canonical import parse_json_object
 from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
-from kvreg_registry.auth import Principal, authenticate
+from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
 from kvreg_registry.db.engine import Database
 from kvreg_registry.settings import Settings
 from kvreg_registry.storage.base import ObjectStorage
@@ -44,7 +44,11 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
     if token is None:
         return Principal()
     with st.db.read() as s:
-        return authenticate(s, token)
+        who = authenticate(s, token)
+    if needs_last_used_update(who) and who.token_id is not None:
+        with st.db.write() as s:
+            touch_token(s, who.token_id)
+    return who
 
 
 async def principal(request: Request) -> Principal:

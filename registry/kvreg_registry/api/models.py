@@ -150,6 +150,7 @@ class GcIn(Strict):
 
 class GcOut(BaseModel):
     sessions_expired: int
+    sessions_removed: int
     links_removed: int
     objects_removed: int
     bytes_removed: int

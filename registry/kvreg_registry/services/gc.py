@@ -2,7 +2,8 @@
 
 One pass, in this order:
 
-1. close upload sessions that have expired;
+1. close upload sessions that have expired, and forget closed ones older than the
+   grace period;
 2. drop a namespace's hold on an object that no envelope of that namespace
    references (as a chunk, tokens, text, witness, prompt or as the manifest
    itself), that is older than the grace period, and that no open upload session
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class GcReport:
     sessions_expired: int = 0
+    sessions_removed: int = 0
     links_removed: int = 0
     objects_removed: int = 0
     bytes_removed: int = 0
@@ -59,7 +61,9 @@ def collect_garbage(
     cutoff = utcnow() - dt.timedelta(seconds=grace_seconds)
 
     with db.write() as s:
-        report.sessions_expired = 0 if dry_run else object_service.expire_sessions(s)
+        if not dry_run:
+            report.sessions_expired = object_service.expire_sessions(s)
+            report.sessions_removed = object_service.remove_closed_sessions(s, cutoff)
         in_flight = object_service.in_open_sessions_clause()
         referenced = exists().where(
             EnvelopeObject.namespace_id == NamespaceObject.namespace_id,

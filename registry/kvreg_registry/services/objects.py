@@ -19,7 +19,7 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import exists, select, update
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.orm import Session
 
 from kvreg.core.digest import Digest
@@ -190,3 +190,15 @@ def in_open_session(session: Session, digest: str) -> bool:
     return bool(
         session.scalar(select(exists(in_open_sessions_clause().where(UploadDigest.digest == digest))))
     )
+
+
+def remove_closed_sessions(session: Session, cutoff: dt.datetime) -> int:
+    """Delete sessions closed before ``cutoff`` (their digest lists go with them)."""
+    old = select(UploadSession.id).where(
+        UploadSession.closed_at.is_not(None), UploadSession.closed_at < cutoff
+    )
+    ids = list(session.scalars(old).all())
+    for batch in _batches(ids):
+        session.execute(delete(UploadDigest).where(UploadDigest.upload_id.in_(batch)))
+        session.execute(delete(UploadSession).where(UploadSession.id.in_(batch)))
+    return len(ids)
