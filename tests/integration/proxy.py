@@ -21,10 +21,14 @@ _HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length
 
 
 class StallingProxy:
-    def __init__(self, upstream: str, *, method: str, allow: int) -> None:
+    def __init__(self, upstream: str, *, method: str, allow: int, fail_first: int = 0) -> None:
+        """Stall the transfer after ``allow`` ones; before that, answer the first ``fail_first``
+        transfers with ``503`` (a transient failure the client must retry)."""
         self.upstream = upstream
         self.method = method
         self.allow = allow
+        self.fail_first = fail_first
+        self.failed = 0
         self.passed = 0
         self.stalled = threading.Event()
         self.release = threading.Event()
@@ -43,6 +47,22 @@ class StallingProxy:
                 is_transfer = self.command == proxy.method and _OBJECT.match(self.path) is not None
                 stall = False
                 if is_transfer:
+                    with proxy._lock:
+                        fail = proxy.failed < proxy.fail_first
+                        if fail:
+                            proxy.failed += 1
+                    if fail:
+                        payload = (
+                            b'{"error": {"code": "UNAVAILABLE", "message": "injected by the test proxy"}}'
+                        )
+                        self.send_response(503)
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("X-Kvreg-Error-Code", "UNAVAILABLE")
+                        self.send_header("Retry-After", "0")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return
                     with proxy._lock:
                         if proxy.passed >= proxy.allow:
                             stall = True

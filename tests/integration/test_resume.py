@@ -112,3 +112,32 @@ def test_killed_push_resumes_sending_only_what_is_missing(
     kvreg(dst, "pull", "origin", f"{ns}/p07")
     kvreg(dst, "verify", f"{ns}/p07")
     os.environ.get("KVREG_HOME")  # the tests never touch the user's own store
+
+
+def test_transient_failures_are_retried(registry: Registry, depositor: dict[str, Any], make_home) -> None:
+    """503s from the registry (or a proxy before it) are retried with backoff, pushes and pulls complete."""
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    token = registry.user({ns: "write"})
+    home = _pusher(depositor, make_home(registry, token))
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07"])
+    for method, args in (
+        ("PUT", ("push", "flaky", "src/p07", "--as", f"{ns}/p07")),
+        ("GET", ("pull", "flaky", f"{ns}/p07", "--as", "local/p07")),
+    ):
+        proxy = StallingProxy(registry.url, method=method, allow=10_000, fail_first=3)
+        try:
+            if method == "PUT":
+                target = home
+            else:
+                target = make_home(
+                    registry, token, trust={ns: depositor["public_key"], "local": depositor["public_key"]}
+                )
+            kvreg(target, "remote", "add", "flaky", proxy.url)
+            kvreg(target, "login", "flaky", "--token", token)
+            report = kvreg(target, "--json", *args).json
+        finally:
+            proxy.close()
+        assert proxy.failed == 3
+        key = "objects_sent" if method == "PUT" else "objects_downloaded"
+        assert report[key] == len(sizes)
