@@ -176,3 +176,30 @@ def test_missing_manifest_is_not_fatal(home):
     loose = home.objects.put_bytes(b"loose").digest
     _age_all(home)
     assert collect_garbage(home, children=json_children).removed_objects == [loose]
+
+
+def test_abandoned_pull_staging_is_removed_unless_fresh_or_locked(home):
+    import fcntl
+    import os
+
+    home.tmp_dir.mkdir(parents=True)
+    old = home.tmp_dir / ("pull-" + "a" * 64)
+    locked = home.tmp_dir / ("pull-" + "b" * 64)
+    fresh = home.tmp_dir / ("pull-" + "c" * 64)
+    other = home.tmp_dir / "not-a-staging-folder"
+    for folder in (old, locked, fresh, other):
+        folder.mkdir()
+        (folder / "x.incomplete").write_bytes(b"partial")
+        (folder / ".lock").write_bytes(b"")
+    for folder in (old, locked, other):
+        for f in folder.iterdir():
+            _age(f)
+        _age(folder)
+    fd = os.open(locked / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        report = collect_garbage(home, children=json_children)
+    finally:
+        os.close(fd)
+    assert report.removed_temp == [old]
+    assert not old.exists() and locked.exists() and fresh.exists() and other.exists()

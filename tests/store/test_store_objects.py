@@ -252,3 +252,21 @@ def test_concurrent_puts_from_processes(home):
         assert sum(o[2] for o in mine) == 1  # exactly one process placed it
         assert home.objects.read(d) == data
     assert os.listdir(home.tmp_dir) == []
+
+
+def test_adopt_file_moves_a_verified_file_in(tmp_path) -> None:
+    store = ObjectStore(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    staged = tmp_path / "tmp" / "x"
+    staged.write_bytes(b"verified bytes")
+    d = Digest.of_bytes(b"verified bytes")
+    with pytest.raises(DigestMismatchError):
+        store.adopt_file(staged, Digest.of_bytes(b"other"))
+    assert staged.exists() and not store.has(d)
+    result = store.adopt_file(staged, d)
+    assert result.new and not staged.exists()
+    assert store.read(d) == b"verified bytes"
+    assert (store.path(d).stat().st_mode & 0o777) == 0o444
+    again = tmp_path / "tmp" / "y"
+    again.write_bytes(b"verified bytes")
+    assert store.adopt_file(again, d).new is False and not again.exists()

@@ -218,8 +218,8 @@ class RegistryClient:
     def list_namespaces(self) -> list[str]:
         """The names of the namespaces the caller can read.
 
-        The registry answers a JSON array of namespace objects; ``{"namespaces": [...]}``
-        is accepted too.
+        The registry answers ``{"namespaces": [...]}`` (docs/protocol.md); a bare JSON
+        array, as early registries sent, is accepted too.
         """
         reply = self._call("GET", self._url("namespaces"))
         try:

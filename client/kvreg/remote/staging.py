@@ -10,8 +10,8 @@ A pull of the manifest ``sha256:<hex>`` stages its objects in
   skips the complete objects and resumes a partial one with a ``Range`` request;
 - ``.lock`` (``flock``) keeps two pulls of the same manifest into the same store
   from working in the folder at once;
-- :meth:`Staging.install` copies the staged objects into the store with
-  ``put_file(expected=digest)``, which hashes them again;
+- :meth:`Staging.install` moves the staged objects into the store with
+  ``adopt_file(expected=digest)``, which hashes them again (no copy);
 - :meth:`Staging.discard` removes the folder: after an install, and after any
   digest mismatch, so that bytes a registry tampered with leave no trace.
 
@@ -141,10 +141,10 @@ class Staging:
         return True
 
     def install(self, digests: Iterable[Digest]) -> None:
-        """Copy staged objects into the store; each is hashed again on the way in."""
+        """Move staged objects into the store; each is hashed again on the way in."""
         fsync_dir(self.folder)
         for d in digests:
-            self.home.objects.put_file(self.path(d), expected=d)
+            self.home.objects.adopt_file(self.path(d), expected=d)
 
     def discard(self) -> None:
         """Remove the folder and everything staged in it."""

@@ -10,7 +10,9 @@ Sweep: unreachable objects and envelopes are deleted only when their mtime is
 older than ``grace_seconds``, so the fresh objects of a deposit in progress (which
 stores objects first and moves the ref last) survive; ``ObjectStore.put_*``
 refreshes the mtime of an object it finds already stored for the same reason.
-``*.incomplete`` leftovers in ``tmp/`` older than the grace period are removed.
+``*.incomplete`` leftovers in ``tmp/`` older than the grace period are removed, and so are
+abandoned pull staging folders (``tmp/pull-<hex>/``, untouched for the grace period and
+not locked by a running pull).
 ``quarantine/`` is never touched.
 
 ``gc`` holds the refs lock for the whole run, so no ref can move onto an object
@@ -23,8 +25,11 @@ period.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +114,40 @@ def _mark(home: Home, children: Children, cutoff: float) -> tuple[set[Digest], s
     return reachable, set(manifests)
 
 
+_STAGING = re.compile(r"pull-[0-9a-f]{64}")
+
+
+def _sweep_pull_staging(folder: Path, cutoff: float, report: GcReport) -> None:
+    """Remove an abandoned pull's staging folder: nothing in it changed within the grace period
+    and no pull holds its lock. Other folders in ``tmp/`` are not ours to judge."""
+    if _STAGING.fullmatch(folder.name) is None:
+        return
+    files = [f for f in folder.iterdir() if f.is_file() and not f.is_symlink()]
+    try:
+        newest = max([folder.stat().st_mtime, *(f.stat().st_mtime for f in files)])
+    except FileNotFoundError:
+        return
+    if newest >= cutoff:
+        return
+    lock = folder / ".lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a pull is working in it right now
+        size = sum(f.stat().st_size for f in files if f.exists())
+        if not report.dry_run:
+            shutil.rmtree(folder, ignore_errors=True)
+        report.removed_temp.append(folder)
+        report.bytes_freed += size
+    finally:
+        os.close(fd)
+
+
 def _sweep_temp(tmp_dir: Path, cutoff: float, report: GcReport) -> None:
     try:
         entries = list(os.scandir(tmp_dir))
@@ -119,7 +158,10 @@ def _sweep_temp(tmp_dir: Path, cutoff: float, report: GcReport) -> None:
             st = e.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if e.is_dir(follow_symlinks=False) or st.st_mtime >= cutoff:
+        if e.is_dir(follow_symlinks=False):
+            _sweep_pull_staging(Path(e.path), cutoff, report)
+            continue
+        if st.st_mtime >= cutoff:
             continue
         path = Path(e.path)
         if not report.dry_run:

@@ -246,6 +246,29 @@ class ObjectStore:
         with source.open("rb") as f:
             return self.put_stream(f, expected=digest)
 
+    def adopt_file(self, path: str | os.PathLike[str], expected: Digest) -> PutResult:
+        """Move a downloaded file into the store after hashing it once (pull's staged objects).
+
+        The file must be on the store's filesystem (under ``tmp/``) and belong to the
+        caller, who gives it up: it is hashed, refused with ``DigestMismatchError`` (and
+        left where it is) unless it hashes to ``expected``, then made read-only and
+        hard-linked to its object name; the caller's name for it is removed. Unlike
+        :meth:`put_file` nothing is copied, so a pull costs one read per object here.
+        """
+        source = Path(path)
+        with source.open("rb") as f:
+            digest = Digest.of_stream(f)
+            size = f.tell()
+            os.fsync(f.fileno())
+        self._check_expected(digest, expected)
+        if not self._keep_existing(digest, size):
+            self._ensure_dirs()
+            new = self._install(source, digest)
+        else:
+            new = False
+        source.unlink(missing_ok=True)
+        return PutResult(digest, size, new=new)
+
     # --- removal (gc, fsck) ---------------------------------------------------
 
     def remove(self, digest: Digest) -> int:

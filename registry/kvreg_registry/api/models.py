@@ -44,6 +44,10 @@ class NamespaceOut(BaseModel):
     created_at: str
 
 
+class NamespaceList(BaseModel):
+    namespaces: list[NamespaceOut]
+
+
 class UserIn(Strict):
     name: str
     admin: bool = False

@@ -57,10 +57,10 @@ def whoami(request: Request, who: Principal = Depends(principal)) -> m.WhoAmI:
         return m.WhoAmI(user=who.name, admin=who.is_admin, roles=accounts.roles_of(s, who))
 
 
-@router.get("/namespaces", response_model=list[m.NamespaceOut], summary="The namespaces the caller can read")
-def list_namespaces(request: Request, who: Principal = Depends(principal)) -> list[m.NamespaceOut]:
+@router.get("/namespaces", response_model=m.NamespaceList, summary="The namespaces the caller can read")
+def list_namespaces(request: Request, who: Principal = Depends(principal)) -> m.NamespaceList:
     with state(request).db.read() as s:
-        return [_namespace_out(ns) for ns in accounts.list_namespaces(s, who)]
+        return m.NamespaceList(namespaces=[_namespace_out(ns) for ns in accounts.list_namespaces(s, who)])
 
 
 @router.post(
