@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -114,7 +115,8 @@ def migrate(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """Create the database schema or bring it to the newest revision (alembic upgrade head)."""
     out = output.get(ctx, json_output)
     settings: Settings = ctx.meta["settings"]
-    open_state(settings).db.dispose()
+    # Always migrate here, whatever KVREG_MIGRATE_ON_START says: that is what this command is for.
+    open_state(replace(settings, migrate_on_start=True)).db.dispose()
     out.result(
         {"database": settings.effective_database_url.split("@")[-1], "revision": "head"},
         lambda c: c.print("[green]database is at the newest revision[/green]"),

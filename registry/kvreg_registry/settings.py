@@ -22,7 +22,8 @@ variable                       meaning                                         d
 ``KVREG_MAX_MISSING_DIGESTS``  digests per missing query                       100000
 ``KVREG_UPLOAD_TTL_SECONDS``   how long an upload session protects objects     3600
 ``KVREG_GC_GRACE_SECONDS``     default GC grace period                         3600
-``KVREG_PUBLIC_URL``           base URL shown to users (pull commands)         the request's
+``KVREG_MIGRATE_ON_START``     run ``alembic upgrade head`` when a process     ``1``
+                               starts (``kvreg-admin migrate`` always does)
 =============================  ==============================================  =====================
 """
 
@@ -99,7 +100,6 @@ class Settings:
     max_missing_digests: int = 100_000
     upload_ttl_seconds: int = 3600
     gc_grace_seconds: int = 3600
-    public_url: str | None = None
     # Create the schema with alembic on startup when the database is empty or behind
     # (the embedded default). Deployments that migrate by hand set it to False.
     migrate_on_start: bool = True
@@ -124,7 +124,6 @@ class Settings:
             max_missing_digests=_int(e, "MAX_MISSING_DIGESTS", 100_000),
             upload_ttl_seconds=_int(e, "UPLOAD_TTL_SECONDS", 3600),
             gc_grace_seconds=_int(e, "GC_GRACE_SECONDS", 3600, minimum=0),
-            public_url=e.get(ENV_PREFIX + "PUBLIC_URL") or None,
             migrate_on_start=_bool(e, "MIGRATE_ON_START", True),
         )
         return replace(settings, **overrides) if overrides else settings

@@ -33,6 +33,16 @@ COMMANDS = [
     ["fsck"],
     ["gc"],
     ["demo"],
+    ["serve"],
+    ["remote"],
+    ["remote", "add"],
+    ["remote", "list"],
+    ["remote", "remove"],
+    ["login"],
+    ["logout"],
+    ["push"],
+    ["pull"],
+    ["ls-remote"],
 ]
 
 

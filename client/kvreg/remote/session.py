@@ -24,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import os
 import random
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -192,6 +194,17 @@ def _blocks(
         )
 
 
+def _tls_verify(verify: bool | str) -> bool | str | ssl.SSLContext:
+    """``verify`` as given, except that the default honours ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``."""
+    if verify is not True:
+        return verify
+    cafile = os.environ.get("SSL_CERT_FILE") or None
+    capath = os.environ.get("SSL_CERT_DIR") or None
+    if cafile is None and capath is None:
+        return True
+    return ssl.create_default_context(cafile=cafile, capath=capath)
+
+
 class HttpSession:
     """Requests to one registry with retries; see the module docstring."""
 
@@ -227,7 +240,14 @@ class HttpSession:
                 )
         timeouts = httpx.Timeout(timeout, connect=connect_timeout, pool=None)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        common: dict[str, Any] = {"timeout": timeouts, "limits": limits, "verify": verify, "trust_env": False}
+        # trust_env is off (no proxies or .netrc picked up silently); the CA settings that
+        # users of a private certificate authority rely on are honoured explicitly.
+        common: dict[str, Any] = {
+            "timeout": timeouts,
+            "limits": limits,
+            "verify": _tls_verify(verify),
+            "trust_env": False,
+        }
         self.http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, **common)
         self.bare = httpx.Client(headers=agent, follow_redirects=True, max_redirects=5, **common)
 
