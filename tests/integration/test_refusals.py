@@ -359,3 +359,29 @@ def _flip_stored_bit(registry: Registry, digest: str) -> None:
         path.chmod(0o444)
     else:
         storage.client.put_object(Bucket=storage.bucket, Key=storage.object_key(digest), Body=bytes(data))
+
+
+def test_cli_says_clearly_what_is_wrong(registry: Registry, depositor: dict[str, Any], make_home) -> None:
+    """403 on push with a read-only token, and a pull signed by a key the local store does not trust."""
+    from .test_push_pull import _pusher
+
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    reader = registry.user({ns: "read"})
+    writer = registry.user({ns: "write"})
+    home = _pusher(depositor, make_home(registry, reader))
+    run = kvreg(home, "--json", "push", "origin", "src/p07", "--as", f"{ns}/p07", expect=1)
+    assert run.json["error"]["code"] == "FORBIDDEN"
+    assert "write" in run.err and "hint" in run.err
+    with registry.http(writer) as c:
+        assert c.get(f"/namespaces/{ns}/refs").json()["refs"] == []
+
+    kvreg(_pusher(depositor, make_home(registry, writer)), "push", "origin", "src/p07", "--as", f"{ns}/p07")
+    untrusting = make_home(registry, reader)  # trusts no key for the namespace
+    before = snapshot(untrusting)
+    run = kvreg(untrusting, "--json", "pull", "origin", f"{ns}/p07", expect=3)
+    assert run.json["error"]["code"] == "KEY_UNTRUSTED"
+    assert "kvreg trust add" in run.err
+    assert {k for k in snapshot(untrusting) if not k.startswith("tmp")} == {
+        k for k in before if not k.startswith("tmp")
+    }
