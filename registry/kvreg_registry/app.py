@@ -23,8 +23,10 @@ from kvreg_registry.api.deps import RegistryState
 from kvreg_registry.api.limits import BodyLimitMiddleware
 from kvreg_registry.api.routes_admin import router as admin_router
 from kvreg_registry.api.routes_artifacts import router as artifacts_router
+from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
 from kvreg_registry.db.engine import Database, upgrade
+from kvreg_registry.services.log import AuditLog, load_or_create_key
 from kvreg_registry.settings import Settings
 from kvreg_registry.storage import open_storage
 
@@ -43,7 +45,8 @@ def open_state(settings: Settings) -> RegistryState:
     options = settings.s3.as_storage_options() if settings.effective_storage_url.startswith("s3://") else {}
     storage = open_storage(settings.effective_storage_url, **options)
     storage.check()
-    return RegistryState(settings=settings, db=db, storage=storage)
+    audit_log = AuditLog(db, load_or_create_key(settings.log_key_path), settings.log_origin)
+    return RegistryState(settings=settings, db=db, storage=storage, log=audit_log)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -75,6 +78,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_object_bytes=settings.max_object_bytes,
         max_json_bytes=settings.max_json_bytes,
     )
-    for router in (admin_router, objects_router, artifacts_router):
+    for router in (admin_router, objects_router, artifacts_router, log_router):
         app.include_router(router, prefix=API_PREFIX)
     return app

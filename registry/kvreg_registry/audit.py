@@ -8,8 +8,9 @@ PostgreSQL; SQLite's write transactions are already serialized by
 
 An entry is canonical JSON (RFC 8785) with ``seq``, ``time``, ``type``, ``actor``,
 ``namespace``, ``subjects`` (digests), ``old``/``new`` values and ``details``; its
-RFC 6962 leaf hash is stored beside it. Checkpoints, proofs and their endpoints
-build on this table (the audit-log issue); this module only appends.
+RFC 6962 leaf hash is stored beside it. The append also stores the perfect subtrees the new leaf completes
+(``log_nodes``, see ``kvreg.core.logtree``), so roots and proofs never read the
+whole log; ``kvreg_registry.services.log`` computes them and signs checkpoints.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
 from kvreg.core.merkle import leaf_hash
-from kvreg_registry.db.models import AuditEntry, LogHead, utcnow
+from kvreg_registry.db.models import AuditEntry, LogHead, LogNode, utcnow
 
 
 def _iso(t: dt.datetime) -> str:
@@ -67,5 +69,25 @@ def append(
             leaf_hash=leaf_hash(entry),
         )
     )
+    session.flush()
+    leaf = leaf_hash(entry)
+    siblings = read_nodes(session, logtree.siblings_for_append(size))
+    new_nodes = logtree.nodes_after_append(size, leaf, lambda level, idx: siblings[(level, idx)])
+    session.execute(
+        LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
+    )
     session.execute(update(LogHead).where(LogHead.id == 1).values(size=size + 1))
     return size
+
+
+def read_nodes(session: Session, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """The stored perfect subtrees ``wanted`` (level, index), in one query; missing ones are absent."""
+    pairs = sorted(set(wanted))
+    if not pairs:
+        return {}
+    rows = session.execute(
+        select(LogNode.level, LogNode.idx, LogNode.hash).where(
+            or_(*(and_(LogNode.level == lv, LogNode.idx == ix) for lv, ix in pairs))
+        )
+    ).all()
+    return {(lv, ix): bytes(h) for lv, ix, h in rows}

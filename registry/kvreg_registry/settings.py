@@ -22,6 +22,11 @@ variable                       meaning                                         d
 ``KVREG_MAX_MISSING_DIGESTS``  digests per missing query                       100000
 ``KVREG_UPLOAD_TTL_SECONDS``   how long an upload session protects objects     3600
 ``KVREG_GC_GRACE_SECONDS``     default GC grace period                         3600
+``KVREG_LOG_KEY_FILE``         the audit log's Ed25519 signing key (PEM);      ``<data>/log.key``
+                               made on first start; every process of one
+                               registry must read the same file
+``KVREG_LOG_ORIGIN``           the log's name in its checkpoints               ``kvreg-log-<key id>``
+``KVREG_LOG_PUBLIC``           anyone may read log entries (else: any token)   ``0``
 ``KVREG_MIGRATE_ON_START``     run ``alembic upgrade head`` when a process     ``1``
                                starts (``kvreg-admin migrate`` always does)
 =============================  ==============================================  =====================
@@ -100,6 +105,9 @@ class Settings:
     max_missing_digests: int = 100_000
     upload_ttl_seconds: int = 3600
     gc_grace_seconds: int = 3600
+    log_key_file: Path | None = None
+    log_origin: str | None = None
+    log_public: bool = False
     # Create the schema with alembic on startup when the database is empty or behind
     # (the embedded default). Deployments that migrate by hand set it to False.
     migrate_on_start: bool = True
@@ -125,6 +133,9 @@ class Settings:
             upload_ttl_seconds=_int(e, "UPLOAD_TTL_SECONDS", 3600),
             gc_grace_seconds=_int(e, "GC_GRACE_SECONDS", 3600, minimum=0),
             migrate_on_start=_bool(e, "MIGRATE_ON_START", True),
+            log_key_file=Path(e[ENV_PREFIX + "LOG_KEY_FILE"]) if e.get(ENV_PREFIX + "LOG_KEY_FILE") else None,
+            log_origin=e.get(ENV_PREFIX + "LOG_ORIGIN") or None,
+            log_public=_bool(e, "LOG_PUBLIC", False),
         )
         return replace(settings, **overrides) if overrides else settings
 
@@ -142,5 +153,5 @@ class Settings:
 
     @property
     def log_key_path(self) -> Path:
-        """The registry's own signing key for log checkpoints (the audit-log issue uses it)."""
-        return self.data_dir / "log.key"
+        """The registry's own Ed25519 key that signs log checkpoints."""
+        return self.log_key_file if self.log_key_file is not None else self.data_dir / "log.key"

@@ -13,6 +13,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
 from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
 from kvreg_registry.db.engine import Database
+from kvreg_registry.services.log import AuditLog
 from kvreg_registry.settings import Settings
 from kvreg_registry.storage.base import ObjectStorage
 
@@ -22,6 +23,7 @@ class RegistryState:
     settings: Settings
     db: Database
     storage: ObjectStorage
+    log: AuditLog
 
 
 def state(request: Request) -> RegistryState:

@@ -29,6 +29,9 @@ class ObjectStored(BaseModel):
     digest: str
     size: int
     stored: bool = Field(description="the bytes were new to the storage")
+    log_index: int | None = Field(
+        default=None, description="the audit entry (None: the namespace held it already)"
+    )
 
 
 class NamespaceIn(Strict):
@@ -105,6 +108,9 @@ class RefOut(BaseModel):
     tag: bool
     updated_at: str
     updated_by: str | None
+    log_index: int | None = Field(
+        default=None, description="in a PUT's answer: the audit entry of this change"
+    )
 
 
 class RefList(BaseModel):
@@ -116,6 +122,9 @@ class EnvelopeStored(BaseModel):
     digest: str
     signer: str
     created: bool
+    log_index: int | None = Field(
+        default=None, description="the audit entry of this change (None: stored already)"
+    )
 
 
 class ArtifactOut(BaseModel):
@@ -180,3 +189,35 @@ class WhoAmI(BaseModel):
     user: str | None
     admin: bool
     roles: dict[str, str]
+
+
+class LogKey(BaseModel):
+    origin: str
+    verifier_key: str = Field(description="C2SP verifier key: NAME+KEYID+base64(0x01 || public key)")
+    public_key: str
+
+
+class LogProof(BaseModel):
+    size: int
+    root: str = Field(description="base64 root hash of the tree of this size")
+    hashes: list[str] = Field(description="base64 proof hashes, RFC 6962 order")
+
+
+class InclusionProof(LogProof):
+    index: int
+    leaf_hash: str
+
+
+class ConsistencyProof(LogProof):
+    first: int
+
+
+class LogEntry(BaseModel):
+    seq: int
+    entry: str = Field(description="base64 of the entry's canonical JSON bytes (the leaf)")
+    leaf_hash: str
+
+
+class LogEntries(BaseModel):
+    entries: list[LogEntry]
+    size: int

@@ -24,12 +24,14 @@ router = APIRouter()
 # --- envelopes --------------------------------------------------------------------------------
 
 
-def _store_envelope(st: RegistryState, who: Principal, ns: str, d: Digest, body: bytes) -> tuple[str, bool]:
+def _store_envelope(
+    st: RegistryState, who: Principal, ns: str, d: Digest, body: bytes
+) -> tuple[str, int | None]:
     with st.db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
         existing = s.get(Envelope, (namespace.id, d))
         if existing is not None:
-            return existing.signer_keyid, False
+            return existing.signer_keyid, None
         keys = accounts.list_keys(s, namespace, include_revoked=False)
         checked = envelopes.check_envelope(d, body, keys, ns)
         # Refuse before writing anything if objects are missing (the write transaction checks again).
@@ -50,8 +52,8 @@ def _store_envelope(st: RegistryState, who: Principal, ns: str, d: Digest, body:
             object_service.lock_object(s, d, len(payload))
             pending.commit(d)
             object_service.hold(s, namespace, d)
-            row, created = envelopes.store(s, who, namespace, checked)
-            return row.signer_keyid, created
+            row, seq = envelopes.store(s, who, namespace, checked)
+            return row.signer_keyid, seq
 
 
 @router.put(
@@ -70,9 +72,9 @@ async def put_envelope(
     validate_namespace(ns)
     d = Digest(digest)
     body = await read_body(request, st.settings.max_json_bytes)
-    signer, created = await run_in_threadpool(_store_envelope, st, who, ns, d, body)
-    out = m.EnvelopeStored(namespace=ns, digest=d, signer=signer, created=created)
-    return JSONResponse(out.model_dump(), status_code=201 if created else 200)
+    signer, seq = await run_in_threadpool(_store_envelope, st, who, ns, d, body)
+    out = m.EnvelopeStored(namespace=ns, digest=d, signer=signer, created=seq is not None, log_index=seq)
+    return JSONResponse(out.model_dump(), status_code=201 if seq is not None else 200)
 
 
 @router.get(
@@ -164,8 +166,9 @@ def put_ref(
     d = Digest(body.digest)
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
-        row, created = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
+        row, created, seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
+        out.log_index = seq
     return JSONResponse(out.model_dump(), status_code=201 if created else 200, headers={"ETag": etag(d)})
 
 

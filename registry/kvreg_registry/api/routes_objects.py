@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RangeNotSatisfiableError, RequestInvalidError
 from kvreg.core.names import validate_namespace
+from kvreg_registry import audit
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import RegistryState, etag, principal, state
 from kvreg_registry.api.routes_admin import iso
@@ -48,6 +49,13 @@ def open_upload(
         namespace = accounts.readable_namespace(s, who, ns, "write")
         missing = object_service.missing(s, namespace, digests)
         row = object_service.open_session(s, namespace, who.user_id, digests, st.settings.upload_ttl_seconds)
+        audit.append(
+            s,
+            "upload.opened",
+            actor=who.name,
+            namespace=ns,
+            details={"upload": row.id, "digests": len(digests), "missing": len(missing)},
+        )
         return m.UploadOpened(upload=row.id, missing=list(missing), expires_at=iso(row.expires_at) or "")
 
 
@@ -55,7 +63,8 @@ def open_upload(
 def close_upload(ns: str, upload_id: str, request: Request, who: Principal = Depends(principal)) -> Response:
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
-        object_service.close_session(s, namespace, upload_id)
+        if object_service.close_session(s, namespace, upload_id):
+            audit.append(s, "upload.closed", actor=who.name, namespace=ns, details={"upload": upload_id})
     return Response(status_code=204)
 
 
@@ -87,8 +96,8 @@ def _prepare_upload(
 
 
 def _finish_upload(
-    st: RegistryState, ns: str, digest: Digest, pending: object, implicit: str | None
-) -> tuple[bool, bool, int]:
+    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: object, implicit: str | None
+) -> tuple[bool, int | None, int]:
     from kvreg_registry.storage.base import PendingObject
 
     assert isinstance(pending, PendingObject)
@@ -96,10 +105,19 @@ def _finish_upload(
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_object(s, digest, pending.size)
         stored = pending.commit(digest)
-        newly_held = object_service.hold(s, namespace, digest)
+        seq = None
+        if object_service.hold(s, namespace, digest):
+            seq = audit.append(
+                s,
+                "object.held",
+                actor=who.name,
+                namespace=ns,
+                subjects=[digest],
+                details={"size": pending.size},
+            )
         if implicit is not None:
             object_service.close_session(s, namespace, implicit)
-    return stored, newly_held, pending.size
+    return stored, seq, pending.size
 
 
 def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
@@ -150,12 +168,12 @@ async def put_object(
                     buffer.clear()
             if buffer:
                 await run_in_threadpool(pending.write, bytes(buffer))
-            stored, newly_held, size = await run_in_threadpool(_finish_upload, st, ns, d, pending, implicit)
+            stored, seq, size = await run_in_threadpool(_finish_upload, st, who, ns, d, pending, implicit)
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
         raise
-    body = m.ObjectStored(digest=d, size=size, stored=stored)
-    return JSONResponse(body.model_dump(), status_code=201 if newly_held else 200)
+    body = m.ObjectStored(digest=d, size=size, stored=stored, log_index=seq)
+    return JSONResponse(body.model_dump(), status_code=201 if seq is not None else 200)
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:

@@ -324,3 +324,89 @@ class LogHead(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     size: Mapped[int] = mapped_column(BigInteger)
+
+
+class LogNode(Base):
+    """A perfect subtree of the audit log's Merkle tree (``kvreg.core.logtree``); level 0 = leaves."""
+
+    __tablename__ = "log_nodes"
+    __table_args__ = (
+        CheckConstraint("level >= 0 AND level < 64 AND idx >= 0", name="position_valid"),
+        CheckConstraint("length(hash) = 32", name="hash_is_sha256"),
+    )
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class LogCheckpoint(Base):
+    """A checkpoint the registry signed; it never signs another, inconsistent one."""
+
+    __tablename__ = "log_checkpoints"
+    __table_args__ = (
+        CheckConstraint("size >= 0", name="size_not_negative"),
+        CheckConstraint("length(root) = 32", name="root_is_sha256"),
+    )
+
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary)
+    note: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class LegalHold(Base):
+    """A legal hold on a namespace (``ref_name`` NULL) or on one ref: blocks deletion and GC of
+    everything it reaches until it is lifted."""
+
+    __tablename__ = "legal_holds"
+    __table_args__ = (Index("ix_legal_holds_active", "namespace_id", "lifted_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="RESTRICT"))
+    ref_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    lifted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    lifted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class RetentionPolicy(Base):
+    """Per-namespace retention applied by GC to envelopes no ref points at."""
+
+    __tablename__ = "retention_policies"
+    __table_args__ = (
+        CheckConstraint("keep_versions IS NULL OR keep_versions >= 1", name="keep_versions_positive"),
+        CheckConstraint("keep_days IS NULL OR keep_days >= 1", name="keep_days_positive"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(
+        ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
+    keep_versions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    keep_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class GraftReceipt(Base):
+    """A signed statement by a client that it grafted an artifact, with the check's result."""
+
+    __tablename__ = "graft_receipts"
+    __table_args__ = (
+        _digest_check("manifest_digest"),
+        Index("ix_graft_receipts_artifact", "namespace_id", "manifest_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="RESTRICT"))
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    receipt: Mapped[bytes] = mapped_column(LargeBinary)
+    signer_keyid: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    host_fingerprint: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    witness_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    byte_exact: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    log_seq: Mapped[int] = mapped_column(BigInteger)
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -114,15 +114,15 @@ def _search_fields(manifest: Manifest) -> dict[str, object]:
 
 def store(
     session: Session, principal: Principal, ns: Namespace, checked: CheckedEnvelope
-) -> tuple[EnvelopeRow, bool]:
+) -> tuple[EnvelopeRow, int | None]:
     """Record a checked envelope whose manifest object is already held by ``ns``.
 
-    Returns the row and whether it was new. Raises ``ObjectsMissingError`` when the
-    namespace lacks some referenced object.
+    Returns the row and the sequence number of its audit entry (None: it was stored
+    already). Raises ``ObjectsMissingError`` when the namespace lacks some referenced object.
     """
     existing = session.get(EnvelopeRow, (ns.id, checked.digest))
     if existing is not None:
-        return existing, False
+        return existing, None
     manifest = checked.manifest
     referenced = manifest.object_digests()
     absent = object_service.missing(session, ns, [checked.digest, *referenced])
@@ -167,7 +167,7 @@ def store(
             for i, d in enumerate(referenced)
         ],
     )
-    audit.append(
+    seq = audit.append(
         session,
         "envelope.stored",
         actor=principal.name,
@@ -175,7 +175,7 @@ def store(
         subjects=[checked.digest],
         new={"signer": checked.signer.keyid, "merkle_root": manifest.merkle_root, "objects": len(referenced)},
     )
-    return row, True
+    return row, seq
 
 
 def get(session: Session, ns: Namespace, digest: Digest) -> EnvelopeRow:

@@ -129,7 +129,8 @@ def get_open_session(session: Session, ns: Namespace, upload_id: str) -> UploadS
     return row
 
 
-def close_session(session: Session, ns: Namespace, upload_id: str) -> None:
+def close_session(session: Session, ns: Namespace, upload_id: str) -> bool:
+    """Close an upload session; True if it was open (idempotent)."""
     try:
         uuid.UUID(upload_id)
     except (ValueError, TypeError):
@@ -139,6 +140,8 @@ def close_session(session: Session, ns: Namespace, upload_id: str) -> None:
         raise UploadNotFoundError(f"no upload session {upload_id} in namespace {ns.name!r}")
     if row.closed_at is None:
         row.closed_at = utcnow()
+        return True
+    return False
 
 
 def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:

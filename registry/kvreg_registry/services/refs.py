@@ -58,8 +58,10 @@ def put(
     *,
     expected: Digest | None,
     tag: bool = False,
-) -> tuple[Ref, bool]:
-    """Create (``expected=None``) or move (``expected=digest``) a ref; returns (row, created)."""
+) -> tuple[Ref, bool, int]:
+    """Create (``expected=None``) or move (``expected=digest``) a ref.
+
+    Returns (row, created, sequence number of the audit entry)."""
     validate_name(name)
     principal.require(session, ns, "write")
     if session.get(Envelope, (ns.id, digest)) is None:
@@ -92,7 +94,7 @@ def put(
                 session.flush()
         except IntegrityError:
             raise RefConflictError(f"{ns.name}/{name} was created concurrently") from None
-        audit.append(
+        seq = audit.append(
             session,
             "tag.created" if tag else "ref.created",
             actor=principal.name,
@@ -102,7 +104,7 @@ def put(
             new=str(digest),
             details={"ref": f"{ns.name}/{name}"},
         )
-        return row, True
+        return row, True, seq
     if tag:
         raise RequestInvalidError(
             "a tag is made when the ref is created (If-None-Match: *), never by moving it"
@@ -130,7 +132,7 @@ def put(
     )
     if result.rowcount != 1:
         raise RefConflictError(f"{ns.name}/{name} moved concurrently", current=None)
-    audit.append(
+    seq = audit.append(
         session,
         "ref.moved",
         actor=principal.name,
@@ -141,7 +143,7 @@ def put(
         details={"ref": f"{ns.name}/{name}"},
     )
     session.refresh(current)
-    return current, False
+    return current, False, seq
 
 
 def remove(session: Session, principal: Principal, ns: Namespace, name: str, *, expected: Digest) -> None:

@@ -1,0 +1,176 @@
+"""The audit log as clients see it: signed checkpoints, entries, inclusion and consistency proofs.
+
+Entries are appended by ``kvreg_registry.audit.append`` in the transaction of the
+change they record; this module reads them. Roots and proofs are computed from the
+stored perfect subtrees (``log_nodes``) with ``kvreg.core.logtree``: each reads
+O(log² n) rows fetched in one query, never the whole log.
+
+**Checkpoints.** :meth:`AuditLog.checkpoint` signs ``(origin, size, root)`` as a
+C2SP signed note with the registry's log key. Before it signs a new size it checks
+that the new tree is consistent with the last checkpoint it signed (a consistency
+proof computed from the stored tree, verified against the stored root); a database
+edited behind its back therefore makes it refuse (``IntegrityError``) instead of
+signing a forked history. Every signed checkpoint is stored, and a size is never
+signed twice with different roots.
+
+**The key.** One Ed25519 key per registry, in ``settings.log_key_path`` (PEM, mode
+0600), created on first start. Every process of a scaled-out registry must read
+the same key file, or clients will refuse their checkpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError as DbIntegrityError
+from sqlalchemy.orm import Session
+
+from kvreg.core import logtree, merkle
+from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
+from kvreg.core.errors import IntegrityError, KeyFileError, MerkleProofError, RequestInvalidError
+from kvreg.core.keys import SigningKey
+from kvreg_registry.audit import read_nodes
+from kvreg_registry.db.engine import Database
+from kvreg_registry.db.models import AuditEntry, LogCheckpoint, LogHead
+
+log = logging.getLogger(__name__)
+
+MAX_ENTRIES_PER_PAGE = 1000
+
+
+def load_or_create_key(path: Path) -> SigningKey:
+    """The log key at ``path``; a new one is written (exclusively, mode 0600) if there is none."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            SigningKey.generate().save(path)
+            log.warning("created a new audit-log signing key at %s; back it up", path)
+        except KeyFileError:
+            pass  # another process created it first
+    return SigningKey.load(path)
+
+
+@dataclass(frozen=True)
+class Proof:
+    size: int
+    root: bytes
+    hashes: list[bytes]
+
+    def hashes_b64(self) -> list[str]:
+        return [base64.b64encode(h).decode("ascii") for h in self.hashes]
+
+
+class AuditLog:
+    """Read access to the log and the checkpoint signer of one registry."""
+
+    def __init__(self, db: Database, key: SigningKey, origin: str | None = None) -> None:
+        self.db = db
+        self.key = key
+        default = f"kvreg-log-{key.public_key.keyid.removeprefix('sha256:')[:16]}"
+        self.verifier = NoteVerifier(origin or default, key.public_key)
+
+    @property
+    def origin(self) -> str:
+        return self.verifier.name
+
+    # --- reading the tree ----------------------------------------------------------------
+
+    @staticmethod
+    def size(session: Session) -> int:
+        return int(session.execute(select(LogHead.size).where(LogHead.id == 1)).scalar_one())
+
+    @staticmethod
+    def _run(session: Session, compute):  # type: ignore[no-untyped-def]
+        nodes = read_nodes(session, logtree.plan(compute))
+
+        def node(level: int, idx: int) -> bytes:
+            try:
+                return nodes[(level, idx)]
+            except KeyError:
+                raise IntegrityError(f"the audit log's tree lacks node ({level}, {idx})") from None
+
+        return compute(node)
+
+    def root(self, session: Session, size: int) -> bytes:
+        return bytes(self._run(session, lambda node: logtree.root(size, node)))
+
+    def _check_size(self, session: Session, size: int | None) -> int:
+        current = self.size(session)
+        if size is None:
+            return current
+        if not 0 <= size <= current:
+            raise RequestInvalidError(f"tree size {size} is outside the log (0..{current})")
+        return size
+
+    def inclusion(self, session: Session, index: int, size: int | None = None) -> Proof:
+        n = self._check_size(session, size)
+        if not 0 <= index < n:
+            raise RequestInvalidError(f"entry {index} is not in a tree of size {n}")
+        hashes = self._run(session, lambda node: logtree.inclusion_proof(index, n, node))
+        return Proof(n, self.root(session, n), hashes)
+
+    def consistency(self, session: Session, first: int, second: int | None = None) -> Proof:
+        n = self._check_size(session, second)
+        if not 0 <= first <= n:
+            raise RequestInvalidError(f"no consistency proof from size {first} to size {n}")
+        hashes = self._run(session, lambda node: logtree.consistency_proof(first, n, node))
+        return Proof(n, self.root(session, n), hashes)
+
+    @staticmethod
+    def entries(session: Session, start: int, end: int) -> list[AuditEntry]:
+        if start < 0 or end < start:
+            raise RequestInvalidError(f"invalid entry range [{start}, {end})")
+        end = min(end, start + MAX_ENTRIES_PER_PAGE)
+        return list(
+            session.scalars(
+                select(AuditEntry)
+                .where(AuditEntry.seq >= start, AuditEntry.seq < end)
+                .order_by(AuditEntry.seq)
+            ).all()
+        )
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def checkpoint(self) -> str:
+        """A signed checkpoint of the log as it is now (stored; reused for an unchanged size)."""
+        with self.db.read() as s:
+            size = self.size(s)
+            stored = s.get(LogCheckpoint, size)
+            root = self.root(s, size)
+            if stored is not None:
+                if bytes(stored.root) != root:
+                    raise IntegrityError(
+                        f"the audit log's tree at size {size} no longer has the root it had when it was "
+                        "signed: the database was altered; refusing to sign"
+                    )
+                return stored.note
+            previous = s.scalar(
+                select(LogCheckpoint)
+                .where(LogCheckpoint.size < size)
+                .order_by(LogCheckpoint.size.desc())
+                .limit(1)
+            )
+            if previous is not None and previous.size > 0:
+                proof = self._run(s, lambda node: logtree.consistency_proof(previous.size, size, node))
+                try:
+                    merkle.verify_consistency(previous.size, size, bytes(previous.root), root, proof)
+                except MerkleProofError as e:
+                    raise IntegrityError(
+                        f"the audit log at size {size} is not consistent with the checkpoint signed at size "
+                        f"{previous.size}: the database was altered; refusing to sign ({e.message})"
+                    ) from e
+        note = sign_checkpoint(Checkpoint(self.origin, size, root), self.key, self.origin)
+        try:
+            with self.db.write() as s:
+                s.add(LogCheckpoint(size=size, root=root, note=note))
+        except DbIntegrityError:
+            with self.db.read() as s:  # another process signed this size first: use its note
+                stored = s.get(LogCheckpoint, size)
+                if stored is None or bytes(stored.root) != root:
+                    raise IntegrityError(f"two different roots for log size {size}") from None
+                return stored.note
+        return note
