@@ -118,6 +118,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("namespace_id", name=op.f("pk_retention_policies")),
     )
 
+    with op.batch_alter_table("envelopes", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("log_seq", sa.BigInteger(), nullable=True))
+    with op.batch_alter_table("refs", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("log_seq", sa.BigInteger(), nullable=True))
     _backfill_log_nodes()
 
 
@@ -142,6 +146,10 @@ def _backfill_log_nodes() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("refs", schema=None) as batch_op:
+        batch_op.drop_column("log_seq")
+    with op.batch_alter_table("envelopes", schema=None) as batch_op:
+        batch_op.drop_column("log_seq")
     op.drop_table("retention_policies")
     with op.batch_alter_table("legal_holds", schema=None) as batch_op:
         batch_op.drop_index("ix_legal_holds_active")

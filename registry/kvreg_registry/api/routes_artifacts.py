@@ -87,7 +87,10 @@ def get_envelope(ns: str, digest: str, request: Request, who: Principal = Depend
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
         row = envelopes.get(s, namespace, d)
-        return Response(row.envelope, media_type="application/json", headers={"ETag": etag(d)})
+        headers = {"ETag": etag(d)}
+        if row.log_seq is not None:
+            headers["X-Kvreg-Log-Index"] = str(row.log_seq)
+        return Response(row.envelope, media_type="application/json", headers=headers)
 
 
 @router.delete(
@@ -112,6 +115,7 @@ def _ref_out(ns: str, r: Ref) -> m.RefOut:
         tag=r.is_tag,
         updated_at=iso(r.updated_at) or "",
         updated_by=r.updated_by,
+        log_index=r.log_seq,
     )
 
 
@@ -166,9 +170,8 @@ def put_ref(
     d = Digest(body.digest)
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
-        row, created, seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
+        row, created, _seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
-        out.log_index = seq
     return JSONResponse(out.model_dump(), status_code=201 if created else 200, headers={"ETag": etag(d)})
 
 

@@ -216,6 +216,8 @@ class Envelope(Base):
     search_text: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The audit entry that recorded it (clients check its inclusion in the log).
+    log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class EnvelopeObject(Base):
@@ -268,6 +270,8 @@ class Ref(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The audit entry of the ref's latest change.
+    log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class UploadSession(Base):

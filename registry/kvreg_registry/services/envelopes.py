@@ -175,6 +175,7 @@ def store(
         subjects=[checked.digest],
         new={"signer": checked.signer.keyid, "merkle_root": manifest.merkle_root, "objects": len(referenced)},
     )
+    row.log_seq = seq
     return row, seq
 
 

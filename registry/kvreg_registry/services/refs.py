@@ -104,6 +104,7 @@ def put(
             new=str(digest),
             details={"ref": f"{ns.name}/{name}"},
         )
+        row.log_seq = seq
         return row, True, seq
     if tag:
         raise RequestInvalidError(
@@ -141,6 +142,12 @@ def put(
         old=str(expected),
         new=str(digest),
         details={"ref": f"{ns.name}/{name}"},
+    )
+    session.execute(
+        update(Ref)
+        .where(Ref.namespace_id == ns.id, Ref.name == name)
+        .values(log_seq=seq)
+        .execution_options(synchronize_session=False)
     )
     session.refresh(current)
     return current, False, seq
