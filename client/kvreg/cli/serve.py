@@ -57,8 +57,6 @@ def serve(
     """
     import os
 
-    import uvicorn
-
     from kvreg_registry.settings import Settings
 
     overrides: dict[str, Any] = {}
@@ -72,24 +70,15 @@ def serve(
     out = output.get(ctx)
     out.note(f"kvreg registry on http://{host}:{port}/api/v1/  (data: {settings.data_dir})")
     if workers > 1:
-        # Worker processes build the app from the environment (an import string is needed).
+        # Worker processes build the app from the environment.
         os.environ["KVREG_DATA"] = str(settings.data_dir)
         if settings.database_url:
             os.environ["KVREG_DATABASE_URL"] = settings.database_url
         if settings.storage_url:
             os.environ["KVREG_STORAGE"] = settings.storage_url
-        uvicorn.run(
-            "kvreg_registry.app:create_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level=log_level,
-        )
-        return
-    from kvreg_registry.app import create_app
+    from kvreg_registry.server import run
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+    run(settings, host=host, port=port, workers=workers, log_level=log_level)
 
 
 def register(app: typer.Typer) -> None:

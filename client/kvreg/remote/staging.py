@@ -11,7 +11,8 @@ A pull of the manifest ``sha256:<hex>`` stages its objects in
 - ``.lock`` (``flock``) keeps two pulls of the same manifest into the same store
   from working in the folder at once;
 - :meth:`Staging.install` moves the staged objects into the store with
-  ``adopt_file(expected=digest)``, which hashes them again (no copy);
+  ``adopt_file`` (no copy): objects this process hashed while downloading are linked
+  in as they are, objects staged by an earlier pull are hashed again;
 - :meth:`Staging.discard` removes the folder: after an install, and after any
   digest mismatch, so that bytes a registry tampered with leave no trace.
 
@@ -58,6 +59,7 @@ class Staging:
         self.manifest_digest = Digest(manifest_digest)
         self.folder = staging_dir(home, manifest_digest)
         self._fd: int | None = None
+        self._hashed_here: set[Digest] = set()
 
     def __enter__(self) -> Staging:
         try:
@@ -137,14 +139,20 @@ class Staging:
             )
         part.chmod(0o444)
         part.replace(final)
+        self._hashed_here.add(digest)
         counter.done()
         return True
 
     def install(self, digests: Iterable[Digest]) -> None:
-        """Move staged objects into the store; each is hashed again on the way in."""
+        """Move staged objects into the store.
+
+        Objects this process downloaded were hashed byte by byte as they were written
+        (and fsynced) into this locked folder: they are linked in without a second
+        read. Objects found staged by an earlier, interrupted pull are hashed again.
+        """
         fsync_dir(self.folder)
         for d in digests:
-            self.home.objects.adopt_file(self.path(d), expected=d)
+            self.home.objects.adopt_file(self.path(d), expected=d, hashed_by_caller=d in self._hashed_here)
 
     def discard(self) -> None:
         """Remove the folder and everything staged in it."""

@@ -246,20 +246,30 @@ class ObjectStore:
         with source.open("rb") as f:
             return self.put_stream(f, expected=digest)
 
-    def adopt_file(self, path: str | os.PathLike[str], expected: Digest) -> PutResult:
-        """Move a downloaded file into the store after hashing it once (pull's staged objects).
+    def adopt_file(
+        self, path: str | os.PathLike[str], expected: Digest, *, hashed_by_caller: bool = False
+    ) -> PutResult:
+        """Move a downloaded file into the store (pull's staged objects); nothing is copied.
 
         The file must be on the store's filesystem (under ``tmp/``) and belong to the
-        caller, who gives it up: it is hashed, refused with ``DigestMismatchError`` (and
-        left where it is) unless it hashes to ``expected``, then made read-only and
-        hard-linked to its object name; the caller's name for it is removed. Unlike
-        :meth:`put_file` nothing is copied, so a pull costs one read per object here.
+        caller, who gives it up. It is hashed and refused with ``DigestMismatchError``
+        (left where it is) unless it hashes to ``expected``; then it is made read-only
+        and hard-linked to its object name, and the caller's name for it is removed.
+
+        ``hashed_by_caller=True`` skips the hash: only for a caller that hashed every
+        byte as it wrote this very file, in this process, into a folder private to it
+        (a pull's staging folder under its lock), and fsynced it. Files left by an
+        earlier process must be hashed again.
         """
         source = Path(path)
         with source.open("rb") as f:
-            digest = Digest.of_stream(f)
-            size = f.tell()
-            os.fsync(f.fileno())
+            if hashed_by_caller:
+                digest = Digest(expected)
+                size = os.fstat(f.fileno()).st_size
+            else:
+                digest = Digest.of_stream(f)
+                size = f.tell()
+                os.fsync(f.fileno())
         self._check_expected(digest, expected)
         if not self._keep_existing(digest, size):
             self._ensure_dirs()

@@ -31,7 +31,7 @@ from kvreg_registry.services import objects as object_service
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-WRITE_PIECE = 1 << 20
+WRITE_PIECE = 4 << 20
 
 
 @router.post(
@@ -164,10 +164,10 @@ async def put_object(
                     )
                 buffer += piece
                 if len(buffer) >= WRITE_PIECE:
-                    await run_in_threadpool(pending.write, bytes(buffer))
-                    buffer.clear()
+                    full, buffer = buffer, bytearray()  # hand the piece over without copying it
+                    await run_in_threadpool(pending.write, full)
             if buffer:
-                await run_in_threadpool(pending.write, bytes(buffer))
+                await run_in_threadpool(pending.write, buffer)
             stored, seq, size = await run_in_threadpool(_finish_upload, st, who, ns, d, pending, implicit)
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
