@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 import kvreg
-from kvreg.cli import demo, deposit, graft, inspect, keys, maintenance, output, remote, serve, trust
+from kvreg.cli import audit, demo, deposit, graft, inspect, keys, maintenance, output, remote, serve, trust
 
 HELP = (
     "kvreg: a content-addressed, git-like registry for LLM KV-cache states, "
@@ -97,6 +97,7 @@ def build_app() -> typer.Typer:
     inspect.register(app)
     maintenance.register(app)
     remote.register(app)
+    audit.register(app)
     serve.register(app)
     demo.register(app)
     return app

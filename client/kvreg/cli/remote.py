@@ -6,6 +6,12 @@ named remote, call the library and render its report. On a terminal (and without
 no progress and the report is the one JSON document on stdout. Tokens are read
 from ``--token``, from stdin (``--token-stdin``) or from a hidden prompt, checked
 with the registry's ``whoami`` and never printed.
+
+Every command that contacts a registry (login, push, pull, ls-remote) verifies
+its audit log's signed checkpoint against the key pinned for the remote and the
+checkpoint seen before (``kvreg.remote.auditlog``), and stores the new one only
+when the command succeeds. ``remote add`` contacts nothing; ``--log-key`` pins a
+key learned out of band, ``--replace`` forgets the pin (a human decision).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from kvreg.cli import common, output
-from kvreg.core.errors import UnauthenticatedError, UsageError
+from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
 from kvreg.core.names import RefName, validate_namespace
-from kvreg.remote.config import Credentials, RemoteConfig, connect, validate_remote_name, validate_token
+from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, contact, parse_log_key
+from kvreg.remote.config import Credentials, RemoteConfig, validate_remote_name, validate_token
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import NullProgress, Progress
 from kvreg.remote.transfer import pull as pull_artifact
@@ -55,6 +62,23 @@ def _human(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def audit_line(audit: dict[str, Any] | None) -> str | None:
+    """One line saying what a push or pull verified of the registry's audit log."""
+    if audit is None:
+        return None
+    if not audit.get("verified"):
+        return f"audit log: not verified ({audit.get('reason', 'unknown')})"
+    cp = audit.get("checkpoint") or {}
+    parts = []
+    for e in audit.get("entries", []):
+        how = "entry checked" if e.get("entry_checked") else "entry not readable, leaf included"
+        parts.append(f"#{e['index']} {e.get('type') or '?'} ({how})")
+    text = f"audit log: {', '.join(parts) or 'no entries'}; in checkpoint of {cp.get('size')} entries"
+    if audit.get("notes"):
+        text += "; " + "; ".join(audit["notes"])
+    return text
 
 
 def _parse_ref(value: str, what: str) -> RefName:
@@ -130,24 +154,74 @@ def remote_add(
     ctx: typer.Context,
     name: RemoteArg,
     url: Annotated[str, typer.Argument(metavar="URL", help="The registry's address (http:// or https://).")],
-    replace: Annotated[bool, typer.Option("--replace", help="Change the URL of an existing remote.")] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace", help="Change an existing remote: its URL, and forget its pinned audit-log key."
+        ),
+    ] = False,
+    log_key: Annotated[
+        str | None,
+        typer.Option(
+            "--log-key",
+            metavar="KEY",
+            help="Pin the registry's audit-log key (NAME+ID+KEY, learned out of band) instead of "
+            "trusting the first answer.",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Add a registry under a short NAME (stored in $KVREG_HOME/config.json).
 
-    Nothing is contacted; log in next if the registry needs a token.
+    Nothing is contacted; log in next if the registry needs a token. The first
+    contact pins the registry's audit-log key (or --log-key pins one now); every
+    later contact checks that its log only grew. --replace forgets the pin: use
+    it only when the registry's operators changed it on purpose.
 
-    Example:
+    Examples:
 
       kvreg remote add origin https://registry.example.org
+
+      kvreg remote add origin https://registry.example.org --replace --log-key 'kvreg-log-...+...+...'
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    remote = RemoteConfig(home).add(name, url, replace=replace)
-    out.result(
-        {"name": remote.name, "url": remote.url},
-        lambda c: c.print(f"remote [bold]{escape(remote.name)}[/bold] -> {escape(remote.url)}"),
-    )
+    config, pins = RemoteConfig(home), RemoteLogStore(home)
+    validate_remote_name(name)
+    if log_key is not None:
+        log_key = parse_log_key(log_key).to_text()
+    try:
+        existed = config.get(name).url
+    except NotFoundError:
+        existed = None
+    if log_key is not None and existed is not None and not replace:
+        pinned = pins.load(name)
+        if pinned is not None and pinned.verifier.to_text() != log_key:
+            raise AlreadyExistsError(
+                f"remote {name!r} has another audit-log key pinned ({pinned.verifier.to_text()})",
+                hint="changing it is a deliberate decision: "
+                f"kvreg remote add {name} URL --replace --log-key KEY",
+                remote=name,
+            )
+    remote = config.add(name, url, replace=replace)
+    forgot = pins.reset(name) if existed is None or replace else False
+    pinned_key = None
+    if log_key is not None:
+        pinned_key = pins.pin(name, remote.url, log_key).verifier.to_text()
+    data: dict[str, Any] = {"name": remote.name, "url": remote.url}
+    if pinned_key is not None:
+        data["log_key"] = pinned_key
+    if forgot:
+        data["forgot_pinned_log"] = True
+
+    def render(console: Console) -> None:
+        console.print(f"remote [bold]{escape(remote.name)}[/bold] -> {escape(remote.url)}")
+        if forgot:
+            console.print("forgot the audit-log key and checkpoint pinned for it")
+        if pinned_key is not None:
+            console.print(f"pinned audit-log key {escape(pinned_key)}")
+
+    out.result(data, render)
 
 
 def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
@@ -175,9 +249,11 @@ def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
 
 
 def remote_remove(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
-    """Remove a remote (and its stored token)."""
+    """Remove a remote (and its stored token, pinned audit-log key and checkpoint)."""
     out = output.get(ctx, json_output)
-    remote = RemoteConfig(common.home(ctx)).remove(name)
+    home = common.home(ctx)
+    remote = RemoteConfig(home).remove(name)
+    RemoteLogStore(home).reset(name)
     out.result(
         {"name": remote.name, "url": remote.url, "removed": True},
         lambda c: c.print(f"removed remote {escape(remote.name)} ({escape(remote.url)})"),
@@ -229,12 +305,15 @@ def login(
     value = _read_token(token, token_stdin)
     with RegistryClient(remote.url, value, remote_name=name, retries=2) as client:
         who = client.whoami()
-    if not isinstance(who.get("user"), str):
-        raise UnauthenticatedError(
-            f"the registry at {remote.url} did not recognize the token (whoami names no user)",
-            hint="check the token; a registry admin creates them with: kvreg-admin token create USER",
-        )
-    Credentials(home).set(name, value)
+        if not isinstance(who.get("user"), str):
+            raise UnauthenticatedError(
+                f"the registry at {remote.url} did not recognize the token (whoami names no user)",
+                hint="check the token; a registry admin creates them with: kvreg-admin token create USER",
+            )
+        audit = RemoteLog(home, name, client)
+        audit.check()
+        Credentials(home).set(name, value)
+        audit.save()
     user = who.get("user")
     raw_roles = who.get("roles")
     roles: dict[str, Any] = raw_roles if isinstance(raw_roles, dict) else {}
@@ -304,9 +383,17 @@ def push(
     local = _parse_ref(ref, "REF")
     target = _parse_ref(as_, "--as") if as_ is not None else None
     known = common.local_public_keys(home).values()
-    with connect(home, name) as client, _progress(out, f"push {local}") as progress:
+    with contact(home, name) as (client, audit), _progress(out, f"push {local}") as progress:
         report = push_artifact(
-            home, client, local, remote_ref=target, tag=tag, jobs=jobs, progress=progress, known_keys=known
+            home,
+            client,
+            local,
+            remote_ref=target,
+            tag=tag,
+            jobs=jobs,
+            progress=progress,
+            known_keys=known,
+            audit=audit,
         )
     data = report.to_dict()
 
@@ -323,6 +410,9 @@ def push(
             f"ref {what}"
         )
         console.print(f"manifest {report.digest}")
+        line = audit_line(report.audit)
+        if line:
+            console.print(escape(line))
 
     out.result(data, render)
 
@@ -356,9 +446,16 @@ def pull(
     remote_ref = _parse_ref(ref, "REF")
     local = _parse_ref(as_, "--as") if as_ is not None else None
     known = common.local_public_keys(home).values()
-    with connect(home, name) as client, _progress(out, f"pull {remote_ref}") as progress:
+    with contact(home, name) as (client, audit), _progress(out, f"pull {remote_ref}") as progress:
         report = pull_artifact(
-            home, client, remote_ref, local_ref=local, jobs=jobs, progress=progress, known_keys=known
+            home,
+            client,
+            remote_ref,
+            local_ref=local,
+            jobs=jobs,
+            progress=progress,
+            known_keys=known,
+            audit=audit,
         )
     data = report.to_dict()
 
@@ -376,6 +473,9 @@ def pull(
             f"{report.objects_local} already here; ref {what}"
         )
         console.print(f"manifest {report.digest}, signed by {report.signer or '?'}")
+        line = audit_line(report.audit)
+        if line:
+            console.print(escape(line))
 
     out.result(data, render)
 
@@ -402,7 +502,8 @@ def ls_remote(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    with connect(home, name) as client:
+    with contact(home, name) as (client, audit):
+        audit.check()
         namespaces = [validate_namespace(namespace)] if namespace is not None else client.list_namespaces()
         entries = [e for ns in namespaces for e in client.list_refs(ns)]
     rows = [e.to_dict() for e in entries]

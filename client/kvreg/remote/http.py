@@ -13,11 +13,15 @@ Answers are validated as they are parsed (digests, names, list shapes): a
 malformed answer is a ``RemoteError``, never a half-read value. This module
 checks digests of downloads but does not decide what they mean: it verifies no
 signatures or manifests and does not touch the local store
-(``kvreg.remote.transfer`` does). Nothing here prints.
+(``kvreg.remote.transfer`` does), and it fetches the audit log's key, signed
+checkpoints, entries and proofs without verifying any of them
+(``kvreg.remote.auditlog`` does). Nothing here prints.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import os
@@ -43,11 +47,20 @@ log = logging.getLogger(__name__)
 __all__ = [
     "API_PREFIX",
     "DEFAULT_MAX_MISSING_DIGESTS",
+    "LOG_INDEX_HEADER",
+    "MAX_CHECKPOINT_BYTES",
     "RETRY_STATUSES",
     "Download",
+    "EnvelopeStored",
+    "LogEntryBytes",
+    "LogKey",
+    "LogPage",
+    "LogProof",
     "ProgressCallback",
+    "RefUpdate",
     "RefValue",
     "RegistryClient",
+    "RemoteRef",
     "RemoteRefEntry",
     "StoredObject",
     "error_from_response",
@@ -55,7 +68,11 @@ __all__ = [
 
 API_PREFIX = "/api/v1"
 UPLOAD_HEADER = "X-Kvreg-Upload"
+LOG_INDEX_HEADER = "X-Kvreg-Log-Index"
 DEFAULT_MAX_MISSING_DIGESTS = 1000
+#: A signed checkpoint is a few hundred bytes; anything over this is refused unread.
+MAX_CHECKPOINT_BYTES = 64 * 1024
+_MAX_LOG_INDEX = 2**53
 
 
 class RefValue(NamedTuple):
@@ -90,6 +107,102 @@ class StoredObject:
     digest: Digest
     size: int
     stored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRef:
+    """One ref as ``GET .../refs/{name}`` answers it, with the audit entry of its latest change."""
+
+    digest: Digest
+    tag: bool
+    log_index: int | None
+
+    @property
+    def value(self) -> RefValue:
+        return RefValue(self.digest, self.tag)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeStored:
+    """The answer to an envelope upload: ``created`` (new to the namespace) and its audit entry."""
+
+    created: bool
+    log_index: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RefUpdate:
+    """The answer to a ref change: ``created`` and the audit entry of the change (None: not told)."""
+
+    created: bool
+    log_index: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogKey:
+    """``GET /log/key``: the log's name (``origin``) and its C2SP verifier key text (not verified here)."""
+
+    origin: str
+    verifier_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntryBytes:
+    """One audit entry as served: its position, its exact bytes, and the leaf hash the server states."""
+
+    seq: int
+    entry: bytes
+    leaf_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """``GET /log/entries``: entries (consecutive, from the requested start) and the log's size."""
+
+    entries: list[LogEntryBytes]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogProof:
+    """An inclusion or consistency proof as served (``index``/``leaf_hash`` only for inclusion).
+
+    ``root`` is the server's claim; verifiers check proofs against the root of a
+    *signed* checkpoint, never this one.
+    """
+
+    size: int
+    root: bytes
+    hashes: list[bytes]
+    index: int | None = None
+    leaf_hash: bytes | None = None
+
+
+def _log_index(value: Any, what: str) -> int | None:
+    """An audit entry index from an answer: None when absent, else a non-negative integer."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_LOG_INDEX:
+        raise RemoteError(f"the registry sent an invalid audit log index for {what}: {value!r}")
+    return value
+
+
+def _b64_hash(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise RemoteError(f"the registry's {what} is not a base64 string")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise RemoteError(f"the registry's {what} is not base64") from e
+    if len(raw) != 32:
+        raise RemoteError(f"the registry's {what} is {len(raw)} bytes, not 32")
+    return raw
+
+
+def _size(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_LOG_INDEX:
+        raise RemoteError(f"the registry sent an invalid {what}: {value!r}")
+    return value
 
 
 def _segment(value: str) -> str:
@@ -361,39 +474,78 @@ class RegistryClient:
 
     def put_envelope(self, namespace: str, manifest_digest: Digest, envelope_bytes: bytes) -> bool:
         """Upload a signed envelope (exact bytes); True if it was new to the namespace."""
+        return self.store_envelope(namespace, manifest_digest, envelope_bytes).created
+
+    def store_envelope(
+        self, namespace: str, manifest_digest: Digest, envelope_bytes: bytes
+    ) -> EnvelopeStored:
+        """Upload a signed envelope (exact bytes); whether it was new, and the audit entry that logged it."""
+        digest = Digest(manifest_digest)
         reply = self._call(
             "PUT",
-            self._ns_url(namespace, "envelopes", Digest(manifest_digest)),
+            self._ns_url(namespace, "envelopes", digest),
             expect=(200, 201),
             content=lambda: bytes(envelope_bytes),
             headers={"Content-Type": "application/json"},
         )
-        return reply.status == 201
+        index = None
+        if reply.body.strip():
+            index = _log_index(self._json(reply, f"PUT envelope {digest}").get("log_index"), "an envelope")
+        return EnvelopeStored(reply.status == 201, index)
 
     def get_envelope(self, namespace: str, manifest_digest: Digest) -> bytes:
         """The exact envelope bytes the registry holds (not verified here)."""
+        return self.get_envelope_logged(namespace, manifest_digest)[0]
+
+    def get_envelope_logged(self, namespace: str, manifest_digest: Digest) -> tuple[bytes, int | None]:
+        """The exact envelope bytes and the audit entry that logged them (``X-Kvreg-Log-Index``)."""
         reply = self._call(
             "GET", self._ns_url(namespace, "envelopes", Digest(manifest_digest)), limit=MAX_ENVELOPE_BYTES
         )
-        return reply.body
+        header = reply.headers.get(LOG_INDEX_HEADER)
+        index = None
+        if header is not None:
+            if not header.strip().isdigit():
+                raise RemoteError(f"the registry sent an invalid {LOG_INDEX_HEADER} header: {header[:40]!r}")
+            index = _log_index(int(header.strip()), "an envelope")
+        return reply.body, index
 
     # --- refs ----------------------------------------------------------------------------
 
     def get_ref(self, namespace: str, name: str) -> RefValue | None:
         """What ``namespace/name`` points at, or None if the ref does not exist."""
+        ref = self.get_ref_logged(namespace, name)
+        return None if ref is None else ref.value
+
+    def get_ref_logged(self, namespace: str, name: str) -> RemoteRef | None:
+        """``get_ref`` with the audit entry of the ref's latest change (None: the registry names none)."""
         try:
             reply = self._call("GET", self._ns_url(namespace, "refs", validate_name(name)))
         except NotFoundError as e:
             if e.code == "REF_UNKNOWN":
                 return None
             raise
-        doc = self._json(reply, f"GET ref {namespace}/{name}")
-        return RefValue(self._digest(doc.get("digest"), f"ref {namespace}/{name}"), doc.get("tag") is True)
+        what = f"ref {namespace}/{name}"
+        doc = self._json(reply, f"GET {what}")
+        return RemoteRef(
+            self._digest(doc.get("digest"), what),
+            doc.get("tag") is True,
+            _log_index(doc.get("log_index"), what),
+        )
 
     def put_ref(
         self, namespace: str, name: str, digest: Digest, expected: Digest | None, *, tag: bool = False
     ) -> bool:
         """Move ``namespace/name`` to ``digest`` by compare-and-swap; True if the ref was created.
+
+        See :meth:`update_ref`, which also answers the audit entry of the change.
+        """
+        return self.update_ref(namespace, name, digest, expected, tag=tag).created
+
+    def update_ref(
+        self, namespace: str, name: str, digest: Digest, expected: Digest | None, *, tag: bool = False
+    ) -> RefUpdate:
+        """Move ``namespace/name`` to ``digest`` by compare-and-swap: created?, and the change's audit entry.
 
         ``expected=None`` creates it (``If-None-Match: *``); a digest moves it only
         if it is there now (``If-Match``). ``RefConflictError`` when it is not,
@@ -423,9 +575,13 @@ class RegistryClient:
                 now = self.get_ref(namespace, name)
                 if now is not None and now.digest == digest and (now.tag or not tag):
                     log.info("ref %s/%s is at %s after a retried update: done", namespace, name, digest)
-                    return expected is None
+                    return RefUpdate(expected is None, None)
             raise
-        return reply.status == 201
+        index = None
+        if reply.body.strip():
+            what = f"ref {namespace}/{name}"
+            index = _log_index(self._json(reply, f"PUT {what}").get("log_index"), what)
+        return RefUpdate(reply.status == 201, index)
 
     def delete_ref(self, namespace: str, name: str, expected: Digest) -> None:
         """Delete ``namespace/name`` if it points at ``expected`` (namespace admin; tags cannot go)."""
@@ -518,3 +674,91 @@ class RegistryClient:
         if not isinstance(doc.get("artifacts"), list):
             raise RemoteError("the registry's search answer is malformed")
         return doc
+
+    # --- audit log -----------------------------------------------------------------------
+
+    def log_key(self) -> LogKey:
+        """``GET /log/key``: the log's origin and verifier key text (the caller pins and verifies)."""
+        doc = self._json(self._call("GET", self._url("log", "key")), "GET log key")
+        origin, verifier = doc.get("origin"), doc.get("verifier_key")
+        if not isinstance(origin, str) or not isinstance(verifier, str) or not origin or not verifier:
+            raise RemoteError("the registry's log key answer is malformed")
+        return LogKey(origin, verifier)
+
+    def log_checkpoint(self) -> str:
+        """``GET /log/checkpoint``: the latest signed checkpoint note, as text (not verified here)."""
+        reply = self._call("GET", self._url("log", "checkpoint"), limit=MAX_CHECKPOINT_BYTES)
+        try:
+            return reply.body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RemoteError("the registry's checkpoint is not UTF-8 text") from e
+
+    def log_entries(self, start: int, end: int) -> LogPage:
+        """``GET /log/entries``: entries ``[start, end)`` (the registry sends at most 1000 per call).
+
+        The answer is checked for shape only: consecutive sequence numbers from
+        ``start``, base64 bytes, 32-byte leaf hashes. Whether the bytes hash to the
+        leaves and the leaves to a signed root is the caller's job.
+        """
+        if not 0 <= start <= end:
+            raise StoreError(f"invalid log entry range [{start}, {end})")
+        doc = self._json(
+            self._call("GET", self._url("log", "entries"), params={"start": start, "end": end}),
+            "GET log entries",
+        )
+        items = doc.get("entries")
+        if not isinstance(items, list) or len(items) > end - start:
+            raise RemoteError("the registry's page of log entries is malformed")
+        out: list[LogEntryBytes] = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or item.get("seq") != start + i:
+                raise RemoteError(
+                    f"the registry's log entries are not consecutive from {start} (at {start + i})"
+                )
+            raw = item.get("entry")
+            try:
+                entry = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
+            except (binascii.Error, ValueError):
+                entry = None
+            if entry is None:
+                raise RemoteError(f"log entry {start + i} is not base64")
+            out.append(
+                LogEntryBytes(start + i, entry, _b64_hash(item.get("leaf_hash"), f"leaf hash {start + i}"))
+            )
+        return LogPage(out, _size(doc.get("size"), "log size"))
+
+    def _log_proof(self, doc: dict[str, Any], what: str) -> LogProof:
+        hashes = doc.get("hashes")
+        if not isinstance(hashes, list) or len(hashes) > 128:
+            raise RemoteError(f"the registry's {what} is malformed")
+        return LogProof(
+            _size(doc.get("size"), f"{what} size"),
+            _b64_hash(doc.get("root"), f"{what} root"),
+            [_b64_hash(h, f"{what} hash") for h in hashes],
+        )
+
+    def log_inclusion_proof(self, index: int, size: int) -> LogProof:
+        """``GET /log/proof/inclusion``: the audit path of entry ``index`` in the tree of ``size`` leaves."""
+        what = f"inclusion proof of entry {index} at size {size}"
+        doc = self._json(
+            self._call("GET", self._url("log", "proof", "inclusion"), params={"index": index, "size": size}),
+            what,
+        )
+        proof = self._log_proof(doc, what)
+        if doc.get("index") != index:
+            raise RemoteError(f"the registry answered an {what} for entry {doc.get('index')!r}")
+        return LogProof(
+            proof.size, proof.root, proof.hashes, index, _b64_hash(doc.get("leaf_hash"), f"{what} leaf hash")
+        )
+
+    def log_consistency_proof(self, first: int, second: int) -> LogProof:
+        """``GET /log/proof/consistency``: the proof that the tree of ``first`` leaves is a prefix of
+        the tree of ``second`` leaves (``second`` is always explicit: the log may grow meanwhile)."""
+        what = f"consistency proof from size {first} to size {second}"
+        doc = self._json(
+            self._call(
+                "GET", self._url("log", "proof", "consistency"), params={"first": first, "second": second}
+            ),
+            what,
+        )
+        return self._log_proof(doc, what)

@@ -26,6 +26,18 @@ manifest, then the envelope, and the local ref is set last, by compare-and-swap
 local tag). An interrupted pull resumes: complete staged objects are not
 downloaded again and a partial one continues with a ``Range`` request.
 
+**The audit log.** Given a ``RemoteLog`` (``kvreg.remote.auditlog``; the CLI
+always gives one), both first verify the registry's signed checkpoint against the
+one this store saw before (after the local checks, before the first request that
+reads or changes anything). Push then proves that the registry logged its change:
+the envelope's entry when the envelope was new, and the ref's entry (its
+creation or move, or its latest change when it was up to date already), each
+read, compared with what was done and proven included in a fresh checkpoint.
+Pull proves the ref's latest entry (it names the digest pulled) and the
+envelope's entry *before* downloading any object, so a registry that serves
+what it did not log leaves nothing in the store. The report's ``audit`` says
+what was verified. Without a ``RemoteLog`` nothing of the log is checked.
+
 This module neither prints nor imports rich (``kvreg.cli.remote`` renders); it
 does not configure remotes or tokens (``kvreg.remote.config``).
 """
@@ -54,6 +66,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.remote.auditlog import EntryClaim, RemoteLog, envelope_claim, ref_claim
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
@@ -83,6 +96,7 @@ class PushReport:
     old: str | None
     new: str
     ref_changed: bool
+    audit: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +120,7 @@ class PullReport:
     old: str | None
     new: str
     ref_changed: bool
+    audit: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,12 +140,14 @@ def push(
     progress: Progress | None = None,
     trust: TrustPolicy | None = None,
     known_keys: Iterable[PublicKey] = (),
+    audit: RemoteLog | None = None,
 ) -> PushReport:
     """Push the local artifact ``ref`` to the registry as ``remote_ref`` (default: the same name).
 
     ``trust`` defaults to ``$KVREG_HOME/trust.json``; ``known_keys`` only name an
     untrusted signer in the error. ``tag`` creates the remote ref as an immutable
-    tag (it must not exist yet, or be that tag already).
+    tag (it must not exist yet, or be that tag already). With ``audit`` the
+    registry's log is checked and the change proven logged (the caller saves it).
     """
     validate_jobs(jobs)
     progress = progress or NullProgress()
@@ -142,6 +159,8 @@ def push(
     digests = artifact.manifest.object_digests()
     sizes = {d: _local_size(home, d, ref) for d in digests}
 
+    if audit is not None:
+        audit.check()
     before = client.get_ref(ns, name)  # fail before uploading anything if the ref cannot move
     _check_remote_ref(target, before, digest, tag)
 
@@ -172,21 +191,27 @@ def push(
 
         run_parallel(missing, send, jobs, stop)
         try:
-            envelope_new = client.put_envelope(ns, digest, envelope_bytes)
+            stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
         except ObjectsMissingError as e:  # e.g. collected between the missing query and now
             again = [d for d in _digests_in(e.details.get("missing")) if d in sizes]
             if not again:
                 raise
             log.warning("the registry lost %d objects during the push; sending them again", len(again))
             run_parallel(again, send, jobs, stop)
-            envelope_new = client.put_envelope(ns, digest, envelope_bytes)
+            stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
+        envelope_new = stored_envelope.created
 
-        current = client.get_ref(ns, name)
+        current_logged = client.get_ref_logged(ns, name)
+        current = None if current_logged is None else current_logged.value
         _check_remote_ref(target, current, digest, tag)
         changed = current is None or current.digest != digest
+        ref_index = None if current_logged is None else current_logged.log_index
         if changed:
             try:
-                client.put_ref(ns, name, digest, None if current is None else current.digest, tag=tag)
+                update = client.update_ref(
+                    ns, name, digest, None if current is None else current.digest, tag=tag
+                )
+                ref_index = update.log_index
             except RefConflictError as e:
                 if e.hint is None and type(e) is RefConflictError:
                     e.hint = (
@@ -200,6 +225,23 @@ def push(
                 client.close_upload(ns, upload_id)
             except KvregError as e:  # the session expires on its own
                 log.warning("could not close upload session %s: %s", upload_id, e.message)
+
+    audit_report = None
+    if audit is not None:
+        claims: list[EntryClaim] = []
+        if envelope_new:
+            claims.append(envelope_claim(stored_envelope.log_index, ns, str(digest)))
+        if changed and ref_index is None:  # a retried update whose answer was lost: ask the ref
+            latest = client.get_ref_logged(ns, name)
+            ref_index = None if latest is None or latest.digest != digest else latest.log_index
+        if changed:
+            old = None if current is None else str(current.digest)
+            claims.append(
+                ref_claim(ref_index, ns, name, str(digest), created=current is None, tag=tag, old=old)
+            )
+        else:
+            claims.append(ref_claim(ref_index, ns, name, str(digest)))
+        audit_report = audit.prove(claims)
 
     log.info("pushed %s to %s/%s (%s)", ref, ns, name, digest)
     return PushReport(
@@ -217,6 +259,7 @@ def push(
         old=None if current is None else str(current.digest),
         new=str(digest),
         ref_changed=changed,
+        audit=audit_report,
     )
 
 
@@ -298,18 +341,23 @@ def pull(
     trust: TrustPolicy | None = None,
     known_keys: Iterable[PublicKey] = (),
     progress: Progress | None = None,
+    audit: RemoteLog | None = None,
 ) -> PullReport:
     """Pull the registry's ``ref`` into the local store as ``local_ref`` (default: the same name).
 
     The signature is checked against ``trust`` (default ``$KVREG_HOME/trust.json``)
     for ``local_ref``'s namespace, the one that later reads of the artifact check.
+    With ``audit`` the registry's log is checked, and the ref's and envelope's
+    entries proven, before any object is downloaded (the caller saves it).
     """
     validate_jobs(jobs)
     progress = progress or NullProgress()
     dest = local_ref or ref
     ns = ref.namespace
 
-    remote = client.get_ref(ns, ref.name)
+    if audit is not None:
+        audit.check()
+    remote = client.get_ref_logged(ns, ref.name)
     if remote is None:
         raise RefNotFoundError(
             f"no ref {ref} on the registry {client.remote_name or client.base_url}",
@@ -319,7 +367,7 @@ def pull(
     digest = remote.digest
     _check_local_ref(home, dest, digest)
 
-    envelope_bytes = client.get_envelope(ns, digest)
+    envelope_bytes, envelope_index = client.get_envelope_logged(ns, digest)
     envelope = Envelope.from_json_bytes(envelope_bytes)
     if envelope.manifest_digest != digest:
         raise DigestMismatchError(
@@ -336,6 +384,14 @@ def pull(
         registry_keys = []
     manifest = verify_envelope(envelope, policy, dest.namespace, known_keys=[*known_keys, *registry_keys])
     signer = _signer(envelope, policy.keys_for(dest.namespace))
+    audit_report = None
+    if audit is not None:
+        audit_report = audit.prove(
+            [
+                ref_claim(remote.log_index, ns, ref.name, str(digest)),
+                envelope_claim(envelope_index, ns, str(digest)),
+            ]
+        )
 
     digests = manifest.object_digests()
     absent = [d for d in digests if not home.objects.has(d)]
@@ -382,6 +438,7 @@ def pull(
         old=None if old is None else str(old),
         new=str(digest),
         ref_changed=changed,
+        audit=audit_report,
     )
 
 
