@@ -51,17 +51,24 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("namespace_id", sa.Integer(), nullable=False),
         sa.Column("manifest_digest", sa.String(length=71), nullable=False),
+        sa.Column("ref_name", sa.String(length=128), nullable=True),
+        sa.Column("receipt_digest", sa.String(length=71), nullable=False),
         sa.Column("receipt", sa.LargeBinary(), nullable=False),
         sa.Column("signer_keyid", sa.String(length=71), nullable=False),
         sa.Column("host_fingerprint", sa.String(length=71), nullable=False),
         sa.Column("witness_ok", sa.Boolean(), nullable=True),
         sa.Column("byte_exact", sa.Boolean(), nullable=True),
+        sa.Column("grafted_at", sa.DateTime(), nullable=False),
         sa.Column("log_seq", sa.BigInteger(), nullable=False),
         sa.Column("created_by", sa.String(length=64), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.CheckConstraint(
             "length(manifest_digest) = 71 AND substr(manifest_digest, 1, 7) = 'sha256:'",
             name=op.f("ck_graft_receipts_manifest_digest_is_digest"),
+        ),
+        sa.CheckConstraint(
+            "length(receipt_digest) = 71 AND substr(receipt_digest, 1, 7) = 'sha256:'",
+            name=op.f("ck_graft_receipts_receipt_digest_is_digest"),
         ),
         sa.ForeignKeyConstraint(
             ["namespace_id"],
@@ -73,17 +80,31 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("graft_receipts", schema=None) as batch_op:
         batch_op.create_index("ix_graft_receipts_artifact", ["namespace_id", "manifest_digest"], unique=False)
+        batch_op.create_index("uq_graft_receipts_receipt", ["namespace_id", "receipt_digest"], unique=True)
 
     op.create_table(
         "legal_holds",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("namespace_id", sa.Integer(), nullable=False),
         sa.Column("ref_name", sa.String(length=128), nullable=True),
+        sa.Column("manifest_digest", sa.String(length=71), nullable=True),
         sa.Column("reason", sa.Text(), nullable=False),
         sa.Column("created_by", sa.String(length=64), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
+        sa.Column("log_seq", sa.BigInteger(), nullable=True),
         sa.Column("lifted_at", sa.DateTime(), nullable=True),
         sa.Column("lifted_by", sa.String(length=64), nullable=True),
+        sa.Column("lift_reason", sa.Text(), nullable=True),
+        sa.Column("lifted_log_seq", sa.BigInteger(), nullable=True),
+        sa.CheckConstraint(
+            "length(manifest_digest) = 71 AND substr(manifest_digest, 1, 7) = 'sha256:'",
+            name=op.f("ck_legal_holds_manifest_digest_is_digest"),
+        ),
+        sa.CheckConstraint(
+            "(ref_name IS NULL AND manifest_digest IS NULL) OR "
+            "(ref_name IS NOT NULL AND manifest_digest IS NOT NULL)",
+            name=op.f("ck_legal_holds_ref_hold_has_digest"),
+        ),
         sa.ForeignKeyConstraint(
             ["namespace_id"],
             ["namespaces.id"],
@@ -156,6 +177,7 @@ def downgrade() -> None:
 
     op.drop_table("legal_holds")
     with op.batch_alter_table("graft_receipts", schema=None) as batch_op:
+        batch_op.drop_index("uq_graft_receipts_receipt")
         batch_op.drop_index("ix_graft_receipts_artifact")
 
     op.drop_table("graft_receipts")

@@ -23,6 +23,7 @@ from kvreg_registry.api.deps import RegistryState
 from kvreg_registry.api.limits import BodyLimitMiddleware
 from kvreg_registry.api.routes_admin import router as admin_router
 from kvreg_registry.api.routes_artifacts import router as artifacts_router
+from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
 from kvreg_registry.db.engine import Database, upgrade
@@ -78,6 +79,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_object_bytes=settings.max_object_bytes,
         max_json_bytes=settings.max_json_bytes,
     )
-    for router in (admin_router, objects_router, artifacts_router, log_router):
+    for router in (admin_router, objects_router, artifacts_router, log_router, compliance_router):
         app.include_router(router, prefix=API_PREFIX)
     return app

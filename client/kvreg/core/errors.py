@@ -318,6 +318,32 @@ class InternalServerError(RemoteError):
     code = "INTERNAL"
 
 
+# --- compliance: legal holds, retention, graft receipts (docs/protocol.md) ----------------
+
+
+class LegalHoldError(ForbiddenError):
+    """A legal hold protects what this would delete or move (HTTP 403); the attempt is logged.
+
+    ``details``: ``holds`` (the ids of the holds in the way), ``action`` and what it named."""
+
+    code = "LEGAL_HOLD"
+
+
+class HoldNotFoundError(NotFoundError):
+    code = "HOLD_UNKNOWN"
+
+
+class ReceiptNotFoundError(NotFoundError):
+    code = "RECEIPT_UNKNOWN"
+
+
+class ReceiptInvalidError(IntegrityError):
+    """A graft receipt is malformed: not a DSSE envelope of a kvreg receipt, or a payload that
+    breaks the receipt schema (docs/protocol.md)."""
+
+    code = "RECEIPT_INVALID"
+
+
 def error_classes() -> dict[str, type[KvregError]]:
     """Every error class by its stable code (the client maps HTTP error bodies with it)."""
     out: dict[str, type[KvregError]] = {}

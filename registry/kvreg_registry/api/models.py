@@ -169,6 +169,11 @@ class GcOut(BaseModel):
     bytes_removed: int
     orphans_removed: int
     incomplete_removed: int
+    retention_deleted: int = Field(default=0, description="envelopes retention deleted (or would)")
+    retention_held: int = Field(
+        default=0, description="envelopes retention would delete but a legal hold kept"
+    )
+    links_held: int = Field(default=0, description="unreferenced objects kept by a namespace's legal hold")
     dry_run: bool
 
 
@@ -221,3 +226,87 @@ class LogEntry(BaseModel):
 class LogEntries(BaseModel):
     entries: list[LogEntry]
     size: int
+
+
+# --- compliance: legal holds, retention, graft receipts -------------------------------------
+
+
+class HoldIn(Strict):
+    ref: str | None = Field(
+        default=None, description="a ref NAME of the namespace; null: the whole namespace"
+    )
+    reason: str = Field(min_length=1, max_length=2000, description="why (the matter, a ticket)")
+
+
+class HoldOut(BaseModel):
+    id: int
+    namespace: str
+    ref: str | None
+    digest: str | None = Field(description="a ref hold: the envelope the ref pointed at when it was placed")
+    reason: str
+    active: bool
+    created_by: str | None
+    created_at: str
+    log_index: int | None = Field(description="the hold.placed entry")
+    lifted_at: str | None
+    lifted_by: str | None
+    lift_reason: str | None
+    lifted_log_index: int | None = Field(description="the hold.lifted entry")
+
+
+class HoldList(BaseModel):
+    holds: list[HoldOut]
+
+
+class RetentionIn(Strict):
+    keep_versions: int | None = Field(default=None, ge=1, le=1_000_000)
+    keep_days: int | None = Field(default=None, ge=1, le=1_000_000)
+
+
+class RetentionOut(BaseModel):
+    namespace: str
+    keep_versions: int | None
+    keep_days: int | None
+    updated_at: str | None
+    updated_by: str | None
+    log_index: int | None = Field(
+        default=None, description="in a PUT's answer: the audit entry (None: unchanged)"
+    )
+
+
+class ReceiptStored(BaseModel):
+    id: int
+    namespace: str
+    digest: str
+    receipt_digest: str
+    created: bool
+    log_index: int | None = Field(description="the graft.receipt entry (the first one's for a repeat)")
+
+
+class ReceiptOut(BaseModel):
+    id: int
+    namespace: str
+    digest: str
+    ref: str | None
+    receipt_digest: str
+    signer: str = Field(description="key id of the signer")
+    signer_key: str
+    signer_registered: bool = Field(
+        description="the signer is a non-revoked key registered for the namespace"
+    )
+    host: dict[str, str | None]
+    witness: Literal["pass", "fail", "skipped"]
+    check: dict[str, int | bool] | None
+    graft: dict[str, int | bool] | None
+    time: str = Field(description="when the client says it grafted")
+    received_at: str
+    submitted_by: str | None
+    log_index: int
+    envelope: dict[str, object] = Field(description="the signed receipt (DSSE envelope) as sent")
+
+
+class ReceiptList(BaseModel):
+    receipts: list[ReceiptOut]
+    total: int
+    limit: int
+    offset: int

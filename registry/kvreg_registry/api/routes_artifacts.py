@@ -14,7 +14,7 @@ from kvreg_registry.api.deps import RegistryState, etag, parse_etag, principal, 
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Ref
-from kvreg_registry.services import accounts, envelopes, refs, search
+from kvreg_registry.services import accounts, envelopes, holds, refs, search
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.services.gc import collect_garbage
 
@@ -94,13 +94,22 @@ def get_envelope(ns: str, digest: str, request: Request, who: Principal = Depend
 
 
 @router.delete(
-    "/namespaces/{ns}/envelopes/{digest}", status_code=204, summary="Delete an envelope no ref points at"
+    "/namespaces/{ns}/envelopes/{digest}",
+    status_code=204,
+    summary="Delete an envelope no ref points at and no legal hold protects (namespace admin)",
 )
-def delete_envelope(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+def delete_envelope(
+    ns: str,
+    digest: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    reason: str | None = Query(default=None, max_length=2000, description="why (kept in the tombstone)"),
+) -> Response:
     d = Digest(digest)
-    with state(request).db.write() as s:
+    st = state(request)
+    with holds.refusals_logged(st.db, who), st.db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns)
-        envelopes.delete_envelope(s, who, namespace, d)
+        envelopes.delete_envelope(s, who, namespace, d, note=reason)
     return Response(status_code=204)
 
 
@@ -168,7 +177,8 @@ def put_ref(
     validate_name(name)
     expected = _precondition(if_match, if_none_match)
     d = Digest(body.digest)
-    with state(request).db.write() as s:
+    st = state(request)
+    with holds.refusals_logged(st.db, who), st.db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
         row, created, _seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
@@ -189,7 +199,8 @@ def delete_ref(
     if if_match is None:
         raise PreconditionRequiredError('deleting a ref needs If-Match: "<current digest>"')
     expected = parse_etag(if_match)
-    with state(request).db.write() as s:
+    st = state(request)
+    with holds.refusals_logged(st.db, who), st.db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns)
         refs.remove(s, who, namespace, name, expected=expected)
     return Response(status_code=204)

@@ -361,19 +361,36 @@ class LogCheckpoint(Base):
 
 class LegalHold(Base):
     """A legal hold on a namespace (``ref_name`` NULL) or on one ref: blocks deletion and GC of
-    everything it reaches until it is lifted."""
+    everything it reaches until it is lifted.
+
+    A ref hold records the envelope the ref pointed at when the hold was placed
+    (``manifest_digest``); while the hold is active the ref can be neither moved nor
+    deleted, so that envelope is the one it reaches (``kvreg_registry.services.holds``)."""
 
     __tablename__ = "legal_holds"
-    __table_args__ = (Index("ix_legal_holds_active", "namespace_id", "lifted_at"),)
+    __table_args__ = (
+        Index("ix_legal_holds_active", "namespace_id", "lifted_at"),
+        _digest_check("manifest_digest"),
+        CheckConstraint(
+            "(ref_name IS NULL AND manifest_digest IS NULL) OR "
+            "(ref_name IS NOT NULL AND manifest_digest IS NOT NULL)",
+            name="ref_hold_has_digest",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="RESTRICT"))
     ref_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    manifest_digest: Mapped[str | None] = mapped_column(String(DIGEST_LEN), nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The audit entry that recorded the hold, and the one that recorded its lifting.
+    log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     lifted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
     lifted_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lift_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    lifted_log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class RetentionPolicy(Base):
@@ -395,22 +412,32 @@ class RetentionPolicy(Base):
 
 
 class GraftReceipt(Base):
-    """A signed statement by a client that it grafted an artifact, with the check's result."""
+    """A signed statement by a client that it grafted an artifact, with the check's result.
+
+    ``receipt`` is the DSSE envelope exactly as sent; ``receipt_digest`` the SHA-256 of
+    its payload (a receipt sent twice is stored once). No foreign key to the envelope:
+    a receipt is history and outlives the artifact's deletion."""
 
     __tablename__ = "graft_receipts"
     __table_args__ = (
         _digest_check("manifest_digest"),
+        _digest_check("receipt_digest"),
         Index("ix_graft_receipts_artifact", "namespace_id", "manifest_digest"),
+        Index("uq_graft_receipts_receipt", "namespace_id", "receipt_digest", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="RESTRICT"))
     manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    ref_name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    receipt_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
     receipt: Mapped[bytes] = mapped_column(LargeBinary)
     signer_keyid: Mapped[str] = mapped_column(String(DIGEST_LEN))
     host_fingerprint: Mapped[str] = mapped_column(String(DIGEST_LEN))
     witness_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     byte_exact: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The time the client says it grafted; ``created_at`` is when the registry received it.
+    grafted_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     log_seq: Mapped[int] = mapped_column(BigInteger)
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)

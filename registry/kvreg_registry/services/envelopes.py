@@ -5,10 +5,16 @@ digest in the URL; a signature verifies with a non-revoked key registered for th
 namespace; the manifest parses and its Merkle root matches its chunk list; the
 namespace holds every object the manifest references. Only then are the envelope,
 its search fields and an audit entry written, in one transaction.
+
+Deleting one (by a namespace admin, or by retention during GC) is refused under a
+legal hold and while a ref points at it, and leaves an ``envelope.deleted``
+tombstone entry that keeps what the envelope was (signer, Merkle root, title,
+verdict, who stored it and when) and why it went.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
@@ -30,6 +36,7 @@ from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.db.models import EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
+from kvreg_registry.services import holds
 from kvreg_registry.services import objects as object_service
 
 
@@ -186,9 +193,18 @@ def get(session: Session, ns: Namespace, digest: Digest) -> EnvelopeRow:
     return row
 
 
-def delete_envelope(session: Session, principal: Principal, ns: Namespace, digest: Digest) -> None:
+def delete_envelope(
+    session: Session, principal: Principal, ns: Namespace, digest: Digest, *, note: str | None = None
+) -> int:
+    """Delete an envelope no ref points at and no legal hold protects (namespace admin).
+
+    Refused with ``LegalHoldError`` (403) under a hold and ``InUseError`` (409) while a
+    ref points at it. Leaves an ``envelope.deleted`` tombstone entry (what was deleted,
+    who stored it and when, why); returns its number."""
     principal.require(session, ns, "admin")
-    get(session, ns, digest)
+    holds.lock_namespace(session, ns)
+    row = get(session, ns, digest)
+    holds.check_envelope_deletable(session, ns, digest)
     refs = session.scalars(
         select(Ref.name).where(Ref.namespace_id == ns.id, Ref.manifest_digest == digest).order_by(Ref.name)
     ).all()
@@ -198,19 +214,52 @@ def delete_envelope(session: Session, principal: Principal, ns: Namespace, diges
             hint="move or delete those refs first",
             refs=list(refs),
         )
+    details: dict[str, object] = {"reason": "request"}
+    if note:
+        details["note"] = note
+    return remove(session, principal.name, ns, row, details)
+
+
+def tombstone(row: EnvelopeRow) -> dict[str, object]:
+    """What an ``envelope.deleted`` entry keeps of the envelope: enough to say what it was."""
+    return {
+        "digest": row.manifest_digest,
+        "signer": row.signer_keyid,
+        "merkle_root": row.merkle_root,
+        "title": row.title,
+        "model_fingerprint": row.model_fingerprint,
+        "verifier": row.verifier,
+        "verdict": row.verdict,
+        "size": row.size,
+        "stored_by": row.created_by,
+        "stored_at": row.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "stored_log_index": row.log_seq,
+    }
+
+
+def remove(
+    session: Session, actor: str | None, ns: Namespace, row: EnvelopeRow, details: dict[str, object]
+) -> int:
+    """Delete ``row`` (checks done by the caller) and append its tombstone entry; returns its number."""
+    digest = row.manifest_digest
+    old = tombstone(row)
     session.execute(
         delete(EnvelopeObject).where(
             EnvelopeObject.namespace_id == ns.id, EnvelopeObject.manifest_digest == digest
         )
     )
     session.execute(
-        delete(EnvelopeRow).where(EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest == digest)
+        delete(EnvelopeRow)
+        .where(EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest == digest)
+        .execution_options(synchronize_session=False)
     )
-    audit.append(
+    session.expunge(row)
+    return audit.append(
         session,
         "envelope.deleted",
-        actor=principal.name,
+        actor=actor,
         namespace=ns.name,
         subjects=[digest],
-        old=str(digest),
+        old=old,
+        details=details,
     )

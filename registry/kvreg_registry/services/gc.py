@@ -2,12 +2,17 @@
 
 One pass, in this order:
 
+0. apply the namespaces' retention policies (``kvreg_registry.services.retention``):
+   delete envelopes that no rule keeps, no ref points at and no legal hold protects,
+   each with its ``envelope.deleted`` tombstone entry, so the next phases free
+   their objects;
 1. close upload sessions that have expired, and forget closed ones older than the
    grace period;
 2. drop a namespace's hold on an object that no envelope of that namespace
    references (as a chunk, tokens, text, witness, prompt or as the manifest
    itself), that is older than the grace period, and that no open upload session
-   lists (a push in flight);
+   lists (a push in flight), unless the namespace is under a legal hold (a
+   namespace hold keeps everything the namespace holds);
 3. delete every object that no namespace holds, older than the grace period and
    listed in no open session: row and bytes together, under the object's row lock
    (``objects.lock_object``), the same lock an upload holds while it makes an
@@ -16,7 +21,8 @@ One pass, in this order:
    older than the grace period, and leftovers of crashed uploads.
 
 Foreign keys back this up: the database refuses to drop a hold that an envelope
-references. The GC run is logged.
+references. The GC run is logged (``gc.run``, with what retention deleted and what
+legal holds kept).
 """
 
 from __future__ import annotations
@@ -25,17 +31,20 @@ import datetime as dt
 import logging
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import and_, delete, exists, select
+from sqlalchemy import and_, delete, exists, func, select
 
 from kvreg.core.digest import Digest
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database
 from kvreg_registry.db.models import Envelope, EnvelopeObject, NamespaceObject, StoredObject, utcnow
+from kvreg_registry.services import holds, retention
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.storage.base import ObjectStorage
 
 log = logging.getLogger(__name__)
+
+MAX_LISTED = 1000
 
 
 @dataclass
@@ -47,6 +56,9 @@ class GcReport:
     bytes_removed: int = 0
     orphans_removed: int = 0
     incomplete_removed: int = 0
+    retention_deleted: int = 0
+    retention_held: int = 0
+    links_held: int = 0
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, int | bool]:
@@ -59,6 +71,10 @@ def collect_garbage(
     principal.require_admin()
     report = GcReport(dry_run=dry_run)
     cutoff = utcnow() - dt.timedelta(seconds=grace_seconds)
+
+    kept = retention.apply(db, principal, cutoff=cutoff, dry_run=dry_run)
+    report.retention_deleted = kept.deleted
+    report.retention_held = kept.held
 
     with db.write() as s:
         if not dry_run:
@@ -73,11 +89,16 @@ def collect_garbage(
             Envelope.namespace_id == NamespaceObject.namespace_id,
             Envelope.manifest_digest == NamespaceObject.digest,
         )
-        stale_links = and_(
+        unreferenced = and_(
             NamespaceObject.created_at < cutoff,
             ~referenced,
             ~is_manifest,
             NamespaceObject.digest.not_in(in_flight),
+        )
+        under_hold = NamespaceObject.namespace_id.in_(holds.held_namespace_ids())
+        stale_links = and_(unreferenced, ~under_hold)
+        report.links_held = (
+            s.scalar(select(func.count()).select_from(NamespaceObject).where(unreferenced, under_hold)) or 0
         )
         if dry_run:
             report.links_removed = len(s.execute(select(NamespaceObject.digest).where(stale_links)).all())
@@ -144,6 +165,9 @@ def collect_garbage(
                 details={
                     "grace_seconds": grace_seconds,
                     **{k: v for k, v in report.to_dict().items() if k != "dry_run"},
+                    # What retention would have deleted but a legal hold kept (the GC's
+                    # refused attempts); each deletion has its own envelope.deleted entry.
+                    "retention_held_digests": kept.held_digests[:MAX_LISTED],
                 },
             )
     log.info("gc: %s", report)

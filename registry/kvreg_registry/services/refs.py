@@ -5,7 +5,9 @@
 (``If-Match``). The row is locked (``FOR UPDATE``) before it is compared, and the
 update itself repeats the comparison, so of two racing writers exactly one wins
 and the other gets ``RefConflictError`` — on SQLite and on PostgreSQL. A tag can
-be created, never moved or deleted. Every change appends an audit entry.
+be created, never moved or deleted. A ref under a legal hold can be neither moved nor
+deleted, and no ref can be deleted while its namespace is held
+(``kvreg_registry.services.holds``). Every change appends an audit entry.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kvreg.core.names import validate_name
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Namespace, Ref, utcnow
+from kvreg_registry.services import holds
 
 
 def get(session: Session, ns: Namespace, name: str, *, lock: bool = False) -> Ref:
@@ -114,6 +117,7 @@ def put(
         raise RefConflictError(f"{ns.name}/{name} does not exist (expected it at {expected})", current=None)
     if current.is_tag:
         raise _tag_error(ns, current)
+    holds.check_ref_changeable(session, ns, name, current.manifest_digest, delete=False)
     if current.manifest_digest != expected:
         raise RefConflictError(
             f"{ns.name}/{name} is at {current.manifest_digest}, not {expected}: it moved since it was read",
@@ -155,9 +159,11 @@ def put(
 
 def remove(session: Session, principal: Principal, ns: Namespace, name: str, *, expected: Digest) -> None:
     principal.require(session, ns, "admin")
+    holds.lock_namespace(session, ns)
     row = get(session, ns, name, lock=True)
     if row.is_tag:
         raise _tag_error(ns, row)
+    holds.check_ref_changeable(session, ns, name, row.manifest_digest, delete=True)
     if row.manifest_digest != expected:
         raise RefConflictError(
             f"{ns.name}/{name} is at {row.manifest_digest}, not {expected}", current=row.manifest_digest
