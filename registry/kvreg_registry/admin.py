@@ -37,7 +37,8 @@ ACTOR = Principal(user_id=None, name="kvreg-admin", is_admin=True)
 
 app = typer.Typer(
     name="kvreg-admin",
-    help="Administer a kvreg registry's database: namespaces, users, tokens, roles, keys, GC.\n\n"
+    help="Administer a kvreg registry's database: namespaces, users, tokens, roles, keys, legal holds, "
+    "retention, GC.\n\n"
     "Example (first setup):\n\n"
     "  kvreg-admin --data ./kvreg-data user create alice --admin\n\n"
     "  kvreg-admin --data ./kvreg-data token create alice --label laptop\n\n"
@@ -53,11 +54,20 @@ user_app = typer.Typer(help="Create and list users.", no_args_is_help=True)
 token_app = typer.Typer(help="Create and revoke API tokens.", no_args_is_help=True)
 role_app = typer.Typer(help="Give and take roles (read, write, admin) in a namespace.", no_args_is_help=True)
 key_app = typer.Typer(help="Register and revoke the signing keys a namespace accepts.", no_args_is_help=True)
+hold_app = typer.Typer(
+    help="Legal holds: nothing a hold reaches can be deleted (API, retention, GC) until it is lifted.",
+    no_args_is_help=True,
+)
+retention_app = typer.Typer(
+    help="Retention policies: which envelopes no ref points at GC may delete.", no_args_is_help=True
+)
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
 app.add_typer(role_app, name="role")
 app.add_typer(key_app, name="key")
+app.add_typer(hold_app, name="hold")
+app.add_typer(retention_app, name="retention")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
@@ -351,6 +361,180 @@ def key_revoke(ctx: typer.Context, namespace: str, keyid: str, json_output: Json
     )
 
 
+# --- legal holds and retention -------------------------------------------------------------------
+
+
+def _hold_row(h: Any, namespace: str) -> dict[str, Any]:
+    def t(v: Any) -> str | None:
+        return None if v is None else v.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return {
+        "id": h.id,
+        "namespace": namespace,
+        "ref": h.ref_name,
+        "digest": h.manifest_digest,
+        "reason": h.reason,
+        "active": h.lifted_at is None,
+        "created_by": h.created_by,
+        "created_at": t(h.created_at),
+        "log_index": h.log_seq,
+        "lifted_at": t(h.lifted_at),
+        "lifted_by": h.lifted_by,
+        "lift_reason": h.lift_reason,
+        "lifted_log_index": h.lifted_log_seq,
+    }
+
+
+@hold_app.command("set")
+def hold_set(
+    ctx: typer.Context,
+    namespace: str,
+    ref: Annotated[
+        str | None, typer.Argument(metavar="[REF]", help="A ref NAME of the namespace; none: all of it.")
+    ] = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why (the matter, a ticket); logged.")] = "",
+    json_output: JsonOpt = False,
+) -> None:
+    """Place a legal hold on NAMESPACE, or on its ref REF (which then can be neither moved nor deleted)."""
+    from kvreg_registry.services import holds
+
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        hold = holds.place(s, ACTOR, accounts.get_namespace(s, namespace), ref=ref, reason=reason)
+        data = _hold_row(hold, namespace)
+    what = f"{namespace}/{ref}" if ref else f"namespace {namespace}"
+    out.result(data, lambda c: c.print(f"[green]hold {data['id']}[/green] on {escape(what)}"))
+
+
+@hold_app.command("lift")
+def hold_lift(
+    ctx: typer.Context,
+    hold_id: Annotated[int, typer.Argument(metavar="ID", help="The hold's id (hold list).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is lifted; logged.")] = "",
+    json_output: JsonOpt = False,
+) -> None:
+    """Lift legal hold ID (logged as hold.lifted; lifting a lifted hold changes nothing)."""
+    from kvreg_registry.db.models import Namespace
+    from kvreg_registry.services import holds
+
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        found = holds.get(s, None, hold_id)
+        ns = s.get(Namespace, found.namespace_id)
+        hold, seq = holds.lift(s, ACTOR, ns, hold_id, reason=reason)
+        data = {**_hold_row(hold, ns.name), "changed": seq is not None}
+    out.result(
+        data,
+        lambda c: c.print(
+            f"lifted hold {hold_id}" if data["changed"] else f"hold {hold_id} was lifted already"
+        ),
+    )
+
+
+@hold_app.command("list")
+def hold_list(
+    ctx: typer.Context,
+    namespace: Annotated[str | None, typer.Argument(help="Only this namespace's holds.")] = None,
+    active: Annotated[bool, typer.Option("--active", help="Only holds not lifted.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """List legal holds (lifted ones too, unless --active)."""
+    from kvreg_registry.services import holds
+
+    out = output.get(ctx, json_output)
+    with _read(ctx) as s:
+        spaces = (
+            [accounts.get_namespace(s, namespace)]
+            if namespace is not None
+            else accounts.list_namespaces(s, ACTOR)
+        )
+        rows = [_hold_row(h, ns.name) for ns in spaces for h in holds.list_holds(s, ns, active_only=active)]
+
+    def render(c: Any) -> None:
+        table = Table("id", "namespace", "ref", "state", "placed", "reason")
+        for r in rows:
+            state = "active" if r["active"] else f"lifted {r['lifted_at']} by {r['lifted_by']}"
+            table.add_row(
+                str(r["id"]),
+                escape(r["namespace"]),
+                escape(r["ref"] or "(all)"),
+                escape(state),
+                f"{r['created_at']} by {escape(str(r['created_by']))}",
+                escape(r["reason"]),
+            )
+        c.print(table)
+
+    out.result({"holds": rows}, render)
+
+
+def _policy_row(namespace: str, p: Any) -> dict[str, Any]:
+    return {
+        "namespace": namespace,
+        "keep_versions": None if p is None else p.keep_versions,
+        "keep_days": None if p is None else p.keep_days,
+    }
+
+
+def _policy_text(d: dict[str, Any]) -> str:
+    rules = []
+    if d["keep_versions"] is not None:
+        rules.append(f"the {d['keep_versions']} newest envelopes")
+    if d["keep_days"] is not None:
+        rules.append(f"envelopes younger than {d['keep_days']} days")
+    if not rules:
+        return f"{d['namespace']}: no retention policy (everything is kept)"
+    kept = " and ".join(rules)
+    return f"{d['namespace']}: keeps {kept}, and every envelope a ref points at or a legal hold protects"
+
+
+@retention_app.command("set")
+def retention_set(
+    ctx: typer.Context,
+    namespace: str,
+    keep_versions: Annotated[
+        int | None, typer.Option("--keep-versions", min=1, help="Keep the N newest envelopes.")
+    ] = None,
+    keep_days: Annotated[
+        int | None, typer.Option("--keep-days", min=1, help="Keep envelopes younger than D days.")
+    ] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Set NAMESPACE's retention policy: GC deletes envelopes that no rule keeps, no ref points at
+    and no legal hold protects (an envelope is kept if any rule keeps it)."""
+    from kvreg_registry.services import retention
+
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        policy, _seq = retention.set_policy(
+            s, ACTOR, accounts.get_namespace(s, namespace), keep_versions=keep_versions, keep_days=keep_days
+        )
+        data = _policy_row(namespace, policy)
+    out.result(data, lambda c: c.print(escape(_policy_text(data))))
+
+
+@retention_app.command("clear")
+def retention_clear(ctx: typer.Context, namespace: str, json_output: JsonOpt = False) -> None:
+    """Remove NAMESPACE's retention policy: keep everything."""
+    from kvreg_registry.services import retention
+
+    out = output.get(ctx, json_output)
+    with _write(ctx) as s:
+        retention.clear_policy(s, ACTOR, accounts.get_namespace(s, namespace))
+    data = _policy_row(namespace, None)
+    out.result(data, lambda c: c.print(escape(_policy_text(data))))
+
+
+@retention_app.command("show")
+def retention_show(ctx: typer.Context, namespace: str, json_output: JsonOpt = False) -> None:
+    """Show NAMESPACE's retention policy."""
+    from kvreg_registry.services import retention
+
+    out = output.get(ctx, json_output)
+    with _read(ctx) as s:
+        data = _policy_row(namespace, retention.get_policy(s, accounts.get_namespace(s, namespace)))
+    out.result(data, lambda c: c.print(escape(_policy_text(data))))
+
+
 # --- garbage collection -------------------------------------------------------------------------
 
 
@@ -366,7 +550,8 @@ def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Delete objects no envelope references, older than the grace period, outside uploads in flight."""
+    """Apply retention policies, then delete objects no envelope references, older than the grace
+    period, outside uploads in flight; legal holds keep what they reach."""
     out = output.get(ctx, json_output)
     settings: Settings = ctx.meta["settings"]
     st = open_state(settings)
@@ -381,7 +566,9 @@ def gc(
         lambda c: c.print(
             f"{'would remove' if dry_run else 'removed'} {report.objects_removed} object(s), "
             f"{report.bytes_removed} bytes; "
-            f"{report.links_removed} unreferenced hold(s); {report.orphans_removed} orphan(s)"
+            f"{report.links_removed} unreferenced object link(s); {report.orphans_removed} orphan(s); "
+            f"retention: {report.retention_deleted} envelope(s) {'would go' if dry_run else 'deleted'}, "
+            f"{report.retention_held} kept by legal holds"
         ),
     )
 

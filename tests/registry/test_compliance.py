@@ -535,3 +535,62 @@ def test_in_use_still_wins_without_a_hold(reg: Reg) -> None:
     assert size(reg) == before, "only legal-hold refusals are logged"
     with reg.db.read() as s:
         assert s.get(StoredObject, digest) is not None
+
+
+# --- kvreg-admin -------------------------------------------------------------------------------
+
+
+def test_admin_cli_holds_and_retention(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+
+    def admin(*args: str, expect: int = 0) -> Any:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvreg_registry.admin", "--data", str(data), "--json", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == expect, proc.stdout + proc.stderr
+        return json.loads(proc.stdout)
+
+    admin("namespace", "create", "aime25")
+    assert admin("hold", "set", "aime25", expect=2)["error"]["code"] == "REQUEST_INVALID"  # no reason
+    assert admin("hold", "set", "aime25", "p07", "--reason", "x", expect=1)["error"]["code"] == "REF_UNKNOWN"
+    held = admin("hold", "set", "aime25", "--reason", "matter 42")
+    assert held["active"] and held["ref"] is None and held["reason"] == "matter 42"
+    assert [h["id"] for h in admin("hold", "list", "--active")["holds"]] == [held["id"]]
+    lifted = admin("hold", "lift", str(held["id"]), "--reason", "closed")
+    assert lifted["changed"] and not lifted["active"] and lifted["lift_reason"] == "closed"
+    assert not admin("hold", "lift", str(held["id"]))["changed"]
+    assert admin("hold", "list", "aime25", "--active")["holds"] == []
+    assert admin("hold", "lift", "99", expect=1)["error"]["code"] == "HOLD_UNKNOWN"
+
+    assert admin("retention", "set", "aime25", expect=2)["error"]["code"] == "REQUEST_INVALID"
+    assert admin("retention", "set", "aime25", "--keep-versions", "3", "--keep-days", "30") == {
+        "namespace": "aime25",
+        "keep_versions": 3,
+        "keep_days": 30,
+    }
+    assert admin("retention", "show", "aime25")["keep_days"] == 30
+    assert admin("retention", "clear", "aime25")["keep_versions"] is None
+    report = admin("gc", "--grace-seconds", "0")
+    assert report["retention_deleted"] == 0 and report["retention_held"] == 0
+
+    db = Database(f"sqlite:///{data / 'registry.sqlite3'}")
+    try:
+        with db.read() as s:
+            types = list(s.scalars(select(AuditEntry.type).order_by(AuditEntry.seq)).all())
+    finally:
+        db.dispose()
+    assert types == [
+        "namespace.created",
+        "hold.placed",
+        "hold.lifted",
+        "retention.set",
+        "retention.cleared",
+        "gc.run",
+    ]
