@@ -6,6 +6,15 @@ it, which the engine then refuses by fingerprint), grafts, decodes, and with
 ``--check`` compares every decode step with a fresh computation (exit 3 unless
 byte-exact).
 
+With ``--receipt REMOTE`` (or ``receipts.always`` in ``config.json``) a signed
+graft receipt goes to that registry afterwards (``kvreg.remote.receipts``): the
+artifact, this host's fingerprints, the witness and check results, the time. The
+graft's result is printed whatever happens to the receipt; a receipt that should
+have been sent and was not makes the command fail (exit 1, or the error's own
+status), except that ``receipts.always`` quietly skips artifacts the remote does
+not have (their namespace or envelope is unknown there). A failed witness probe is
+reported too (``witness: fail``) before the graft's own error.
+
 ``verify`` re-hashes every object of an artifact and checks the signature, the
 Merkle root and the token count; with ``--model --recompute`` it also recomputes
 every chunk and the witness. Any mismatch exits 3.
@@ -41,9 +50,12 @@ from kvreg.core.errors import (
     DigestMismatchError,
     IntegrityError,
     KvregError,
+    ManifestUnknownError,
+    NamespaceNotFoundError,
     NotByteExactError,
     ObjectNotFoundError,
     UsageError,
+    WitnessMismatchError,
 )
 from kvreg.store.artifacts import Artifact, read_tokens
 
@@ -115,6 +127,20 @@ def graft_cmd(
     attn: AttnOpt = None,
     profile: ProfileOpt = None,
     device: DeviceOpt = None,
+    receipt: Annotated[
+        str | None,
+        typer.Option(
+            "--receipt",
+            metavar="REMOTE",
+            help="Send a signed graft receipt to REMOTE afterwards (default: config.json receipts.always).",
+        ),
+    ] = None,
+    no_receipt: Annotated[
+        bool, typer.Option("--no-receipt", help="Send no receipt, whatever config.json says.")
+    ] = False,
+    receipt_key: Annotated[
+        str, typer.Option("--receipt-key", metavar="NAME", help="The signing key for the receipt.")
+    ] = common.DEFAULT_KEY_NAME,
     json_output: JsonOpt = False,
 ) -> None:
     """Graft a stored KV state into MODEL and continue decoding from it."""
@@ -125,11 +151,20 @@ def graft_cmd(
         raise UsageError(
             "--shift-after-file cannot be combined with --prompt-file, --append-file, --blocks or --check"
         )
+    if receipt is not None and no_receipt:
+        raise UsageError("give --receipt or --no-receipt, not both")
+    if receipt is not None and shift_after_file is not None:
+        raise UsageError("a shifted graft is approximate: it sends no receipt (drop --receipt)")
     prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file else None
     append_text = common.read_text_file(append_file, what="append file") if append_file else None
     home = common.home(ctx)
     artifact = common.open_verified(home, ref)
     manifest = artifact.manifest
+    sender = (
+        None
+        if no_receipt or shift_after_file is not None
+        else _receipt_sender(home, artifact, receipt, receipt_key)
+    )
     tokens = read_tokens(home, manifest)
     fields = settings_for_recorded(
         manifest.config_fields, EngineChoice(dtype, threads, attn, profile, device)
@@ -147,10 +182,17 @@ def graft_cmd(
         prompt = lm.encode(prompt_text, first=True)
     elif append_text is not None:
         prompt = tokens + lm.encode(append_text, first=False)
-    with out.status(f"grafting {artifact.digest.short()}"):
-        outcome = graft(
-            lm, home, manifest, tokens, prompt, blocks=blocks, verify=not trust_store, probe=not no_probe
-        )
+    try:
+        with out.status(f"grafting {artifact.digest.short()}"):
+            outcome = graft(
+                lm, home, manifest, tokens, prompt, blocks=blocks, verify=not trust_store, probe=not no_probe
+            )
+    except WitnessMismatchError:
+        if sender is not None:
+            sent = sender.send(out, lm, witness="fail", check=None, graft=None)
+            if not sent.get("sent") and "error" in sent:
+                out.warn(f"the receipt of the failed witness probe was not sent: {sent['error']['message']}")
+        raise
     with out.status(f"decoding {max_new_tokens} tokens"):
         decoded = continue_decoding(lm, outcome, max_new_tokens)
     comparison: dict[str, Any] | None = None
@@ -188,6 +230,21 @@ def graft_cmd(
             f"{comparison.get('first_divergent_step')})",
             hint="the numerics of this host differ from the depositor's in a way the fingerprint missed",
         )
+    if sender is not None:
+        data["receipt"] = sender.send(
+            out,
+            lm,
+            witness="skipped" if outcome.probe is None else "pass",
+            check=comparison,
+            graft={
+                "graft_tokens": plan.graft_tokens,
+                "prompt_tokens": len(plan.prompt),
+                "decoded_tokens": len(decoded.tokens),
+                "whole": plan.whole,
+            },
+        )
+        if error is None and sender.failure is not None:
+            error = sender.failure
 
     def render(console: Console) -> None:
         summary = Table(show_header=False, box=None, pad_edge=False)
@@ -223,8 +280,116 @@ def graft_cmd(
         console.print(Panel(escape(output_text), title="decoded text", expand=False))
         if comparison is not None:
             console.print(_check_table(comparison))
+        sent = data.get("receipt")
+        if sent is not None:
+            if sent.get("sent"):
+                console.print(
+                    f"receipt {sent['receipt_digest']} sent to {escape(sent['remote'])} "
+                    f"(log entry {sent.get('log_index')})"
+                )
+            elif sent.get("skipped"):
+                console.print(f"no receipt sent to {escape(sent['remote'])}: {escape(sent['skipped'])}")
+            else:
+                console.print(f"[red]receipt NOT sent[/red] to {escape(sent['remote'])}")
 
     out.result(data, render, error=error)
+
+
+# --- receipts --------------------------------------------------------------------------
+
+
+class _ReceiptSender:
+    """Sends the graft's receipt to one remote; remembers a failure for the command's exit."""
+
+    def __init__(
+        self, home: Any, artifact: Artifact, remote: str, namespace: str, key: Any, *, explicit: bool
+    ) -> None:
+        self.home = home
+        self.artifact = artifact
+        self.remote = remote
+        self.namespace = namespace
+        self.key = key
+        self.explicit = explicit
+        self.failure: KvregError | None = None
+
+    def send(
+        self,
+        out: output.Output,
+        lm: Any,
+        *,
+        witness: str,
+        check: dict[str, Any] | None,
+        graft: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        from kvreg.remote.config import connect
+        from kvreg.remote.receipts import build_receipt, host_fields, send_receipt
+
+        result: dict[str, Any] = {"remote": self.remote, "namespace": self.namespace, "sent": False}
+        try:
+            receipt = build_receipt(
+                namespace=self.namespace,
+                ref=self.artifact.ref.name if self.artifact.ref is not None else None,
+                digest=str(self.artifact.digest),
+                host=host_fields(
+                    config_fingerprint=str(lm.config.fingerprint),
+                    model_fingerprint=str(lm.model_fp),
+                    tokenizer_fingerprint=str(lm.tokenizer_fp),
+                    config_fields=lm.config.fields,
+                ),
+                witness=witness,
+                check=check,
+                graft=graft,
+                key=self.key,
+            )
+            with (
+                out.status(f"sending the graft receipt to {self.remote}"),
+                connect(self.home, self.remote) as client,
+            ):
+                sent = send_receipt(client, receipt, self.key)
+        except (NamespaceNotFoundError, ManifestUnknownError) as e:
+            if not self.explicit:
+                result["skipped"] = f"{self.remote} does not have this artifact ({e.code})"
+                return result
+            self._fail(result, e)
+            return result
+        except KvregError as e:
+            self._fail(result, e)
+            return result
+        result.update(sent=True, **sent.to_dict())
+        return result
+
+    def _fail(self, result: dict[str, Any], e: KvregError) -> None:
+        result["error"] = e.to_dict()
+        self.failure = type(e)(
+            f"the graft succeeded, but its receipt was not sent to {self.remote}: {e.message}",
+            hint=e.hint or f"send it again later: kvreg graft ... --receipt {self.remote}",
+            **e.details,
+        )
+
+
+def _receipt_sender(
+    home: Any, artifact: Artifact, remote: str | None, key_name: str
+) -> _ReceiptSender | None:
+    """Who gets the receipt (``--receipt``, else ``receipts.always``), checked before the model loads."""
+    from kvreg.remote.config import RemoteConfig
+    from kvreg.remote.receipts import configured_remote
+    from kvreg.store.artifacts import ANY_NAMESPACE, namespace_for
+
+    explicit = remote is not None
+    name = remote if explicit else configured_remote(home)
+    if name is None:
+        return None
+    RemoteConfig(home).get(name)  # NotFoundError with the command that adds it
+    namespace = namespace_for(home, artifact.target)
+    if namespace == ANY_NAMESPACE:
+        if explicit:
+            raise UsageError(
+                "a receipt names the artifact's namespace: graft it by its ref NS/NAME",
+                hint="or drop --receipt",
+            )
+        return None
+    key = common.load_signing_key(home, key_name)
+    return _ReceiptSender(home, artifact, name, namespace, key, explicit=explicit)
 
 
 def _shifted(
