@@ -594,3 +594,16 @@ def test_admin_cli_holds_and_retention(tmp_path: Path) -> None:
         "retention.cleared",
         "gc.run",
     ]
+
+
+def test_a_ref_made_during_a_delete_turns_it_into_in_use(reg: Reg) -> None:
+    """The refs' foreign key is the last word: a delete racing a new ref answers 409, not 500."""
+    digest = push(reg, "a", ref="p07")
+    before = size(reg)
+    with reg.db.write() as s:
+        ns = ns_row(s)
+        row = envelopes.get(s, ns, digest)
+        with pytest.raises(InUseError, match="while it was being deleted"):
+            envelopes.remove(s, "test-admin", ns, row, {"reason": "request"})
+        assert envelopes.get(s, ns, digest) is not None  # the savepoint rolled back, the session lives
+    assert size(reg) == before and envelope_exists(reg, digest)

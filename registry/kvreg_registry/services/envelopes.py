@@ -18,6 +18,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError as DbIntegrityError
 from sqlalchemy.orm import Session
 
 from kvreg.core.digest import Digest
@@ -243,16 +244,23 @@ def remove(
     """Delete ``row`` (checks done by the caller) and append its tombstone entry; returns its number."""
     digest = row.manifest_digest
     old = tombstone(row)
-    session.execute(
-        delete(EnvelopeObject).where(
-            EnvelopeObject.namespace_id == ns.id, EnvelopeObject.manifest_digest == digest
-        )
-    )
-    session.execute(
-        delete(EnvelopeRow)
-        .where(EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest == digest)
-        .execution_options(synchronize_session=False)
-    )
+    try:
+        with session.begin_nested():
+            session.execute(
+                delete(EnvelopeObject).where(
+                    EnvelopeObject.namespace_id == ns.id, EnvelopeObject.manifest_digest == digest
+                )
+            )
+            session.execute(
+                delete(EnvelopeRow)
+                .where(EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest == digest)
+                .execution_options(synchronize_session=False)
+            )
+    except DbIntegrityError:
+        # A ref was pointed at it concurrently (the refs' foreign key refused the delete).
+        raise InUseError(
+            f"a ref was pointed at {digest} while it was being deleted", hint="look at the refs, then retry"
+        ) from None
     session.expunge(row)
     return audit.append(
         session,

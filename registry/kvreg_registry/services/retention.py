@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
-from kvreg.core.errors import RequestInvalidError
+from kvreg.core.errors import InUseError, RequestInvalidError
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database
@@ -227,11 +227,10 @@ def _delete_one(
             report.held_digests.append(digest)
             return False
         row = envelope_service.get(s, ns, digest)  # type: ignore[arg-type]
-        envelope_service.remove(
-            s,
-            principal.name,
-            ns,
-            row,
-            {"reason": "retention", "policy": policy_doc(policy)},
-        )
+        try:
+            envelope_service.remove(
+                s, principal.name, ns, row, {"reason": "retention", "policy": policy_doc(policy)}
+            )
+        except InUseError:  # a ref was pointed at it meanwhile: it stays
+            return False
     return True
