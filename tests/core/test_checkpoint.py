@@ -81,3 +81,10 @@ def test_checkpoint_round_trip_and_refusals() -> None:
 def test_malformed_bodies(body: str) -> None:
     with pytest.raises(SignatureError):
         parse_checkpoint_body(body)
+
+
+def test_verifier_key_text_round_trips_for_any_key() -> None:
+    """Base64 keys often contain '+', the separator of the verifier text."""
+    for _ in range(200):
+        v = NoteVerifier("kvreg-log", SigningKey.generate().public_key)
+        assert NoteVerifier.from_text(v.to_text()) == v

@@ -31,7 +31,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from kvreg.core.errors import SignatureError
+from kvreg.core.errors import KvregError, SignatureError
 from kvreg.core.keys import PublicKey, SigningKey
 
 __all__ = [
@@ -81,7 +81,8 @@ class NoteVerifier:
 
     @classmethod
     def from_text(cls, text: str) -> NoteVerifier:
-        parts = text.strip().split("+")
+        # The name has no '+' and the key id is hex; the base64 key may hold '+'.
+        parts = text.strip().split("+", 2)
         if len(parts) != 3:
             raise SignatureError(f"a verifier key is NAME+KEYID+KEY, not {text!r}")
         name, hexid, b64 = parts
@@ -90,9 +91,12 @@ class NoteVerifier:
             key_id = bytes.fromhex(hexid)
         except (binascii.Error, ValueError) as e:
             raise SignatureError(f"malformed verifier key {text!r}: {e}") from None
-        if len(raw) != 33 or raw[0] != ALG_ED25519:
+        if len(hexid) != 8 or len(raw) != 33 or raw[0] != ALG_ED25519:
             raise SignatureError(f"verifier key {text!r} is not an Ed25519 key")
-        verifier = cls(name, PublicKey.from_raw(raw[1:]))
+        try:
+            verifier = cls(name, PublicKey.from_raw(raw[1:]))
+        except KvregError as e:
+            raise SignatureError(f"malformed verifier key {text!r}: {e.message}") from None
         if verifier.key_id != key_id:
             raise SignatureError(f"verifier key {text!r} has a key id that does not match its key")
         return verifier

@@ -96,9 +96,6 @@ def entries(
         stop = size if end is None else min(end, size)
         rows = st.log.entries(s, start, max(start, min(stop, start + MAX_ENTRIES_PER_PAGE)))
     return m.LogEntries(
-        entries=[
-            m.LogEntry(seq=r.seq, entry=_b64(bytes(r.entry)), leaf_hash=_b64(bytes(r.leaf_hash)))
-            for r in rows
-        ],
+        entries=[m.LogEntry(seq=seq, entry=_b64(entry), leaf_hash=_b64(leaf)) for seq, entry, leaf in rows],
         size=size,
     )
