@@ -265,7 +265,8 @@ def test_a_forged_signature_by_the_pinned_name_is_refused(home: Home, fake: Fake
 def test_a_shrunk_log_is_refused(home: Home, fake: FakeLog) -> None:
     _contact(home, fake)
     fake.entries = fake.entries[:3]
-    _refused(home, fake, LogInconsistentError, "shrank from 5 to 3")
+    e = _refused(home, fake, LogInconsistentError, "shrank from 5 to 3")
+    assert "--replace" in e.hint and str(RemoteLogStore(home).path("origin")) in e.hint
 
 
 def test_a_fork_of_the_same_size_is_refused(home: Home, fake: FakeLog) -> None:

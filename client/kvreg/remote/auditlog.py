@@ -551,6 +551,15 @@ class RemoteLog:
     def _consistency(self, first: int, second: int) -> LogProof:
         return self.client.log_consistency_proof(first, second)
 
+    def _advance(self, old: Checkpoint | None, new: Checkpoint) -> None:
+        try:
+            verify_advance(old, new, self._consistency, where=self.where)
+        except LogInconsistentError as e:
+            if e.hint is None:
+                e.hint = _repin_hint(self.name, self.client.base_url, self.state_path)
+            e.details.setdefault("remote", self.name)
+            raise
+
     def check(self) -> Checkpoint | None:
         """The registry's current checkpoint, verified; None when it publishes no log and none is pinned."""
         if self._checked:
@@ -582,7 +591,7 @@ class RemoteLog:
             self.verifier = self.base.verifier
         note = self._fetch_note()
         checkpoint = self._verify_note(note)
-        verify_advance(self.previous, checkpoint, self._consistency, where=self.where)
+        self._advance(self.previous, checkpoint)
         self.note, self.current = note, checkpoint
         self._checked = True
         return checkpoint
@@ -595,7 +604,7 @@ class RemoteLog:
             return None
         note = self._fetch_note()
         checkpoint = self._verify_note(note)
-        verify_advance(self.current, checkpoint, self._consistency, where=self.where)
+        self._advance(self.current, checkpoint)
         self.note, self.current = note, checkpoint
         return checkpoint
 
@@ -683,6 +692,7 @@ class RemoteLog:
             raise LogInconsistentError(
                 f"{self.where}: audit entry {i} ({claim.what}) is not in its signed log of {checkpoint.size} "
                 f"entries as served: the entry was edited or the log rewritten ({e.message})",
+                hint="the registry serves an entry its signed log does not hold; tell its operators",
                 remote=self.name,
                 index=i,
             ) from e
@@ -722,9 +732,9 @@ class RemoteLog:
             if theirs is not None and theirs != self.previous:
                 # Another process stored a checkpoint this one never compared with: prove them consistent.
                 if theirs.size > self.current.size:
-                    verify_advance(self.current, theirs, self._consistency, where=self.where)
+                    self._advance(self.current, theirs)
                     return
-                verify_advance(theirs, self.current, self._consistency, where=self.where)
+                self._advance(theirs, self.current)
             self.store.write(stored.with_checkpoint(self.note, self.current, url))
 
     def summary(self) -> dict[str, Any]:
