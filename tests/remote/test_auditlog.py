@@ -493,7 +493,7 @@ def big(fake: FakeLog) -> FakeLog:
 def test_verify_remote_log_pages_through_every_entry(home: Home, big: FakeLog) -> None:
     with big.client() as client:
         audit = RemoteLog(home, "origin", client)
-        result, _ = verify_remote_log(audit)
+        result = verify_remote_log(audit)
     assert result.checkpoint.size == 2500 and len(result.entries) == 2500
     assert sum(result.types.values()) == 2500 and result.types["envelope.stored"] == 832
     assert sum(1 for p in big.paths() if p.startswith("/api/v1/log/entries")) == 3
@@ -588,7 +588,7 @@ def test_an_export_against_the_stored_checkpoint_and_the_live_log(
     check = verify_export(path, pinned=RemoteLogStore(home).load("origin"))
     assert "more than the export's 5" in check.notes[0]
     with fake.client() as client:
-        live, _ = verify_remote_log(RemoteLog(home, "origin", client))
+        live = verify_remote_log(RemoteLog(home, "origin", client))
     assert "extends the export's 5" in compare_with_export(live, check, where="r")
 
     # A store that saw a different history of the same length refuses the export.
@@ -602,7 +602,7 @@ def test_an_export_against_the_stored_checkpoint_and_the_live_log(
     with pytest.raises(LogInconsistentError, match="two different histories"):
         verify_export(path, pinned=RemoteLogStore(stranger).load("origin"))
     with other.client() as client:
-        live, _ = verify_remote_log(RemoteLog(stranger, "origin", client))
+        live = verify_remote_log(RemoteLog(stranger, "origin", client))
     with pytest.raises(LogInconsistentError, match="its entry 0 is not the entry 0"):
         compare_with_export(live, check, where="r")
 

@@ -118,7 +118,7 @@ def verify(
 
     if remote is not None:
         with contact(home, remote) as (_client, audit), out.status(f"downloading the audit log of {remote}"):
-            result, _nodes = verify_remote_log(audit)
+            result = verify_remote_log(audit)
             summary = audit.summary()
             if export is not None:
                 data["extends_file"] = compare_with_export(result, export, where=audit.where)

@@ -44,7 +44,7 @@ from kvreg.core.errors import (
     UnauthenticatedError,
     UsageError,
 )
-from kvreg.core.merkle import leaf_hash, verify_inclusion
+from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_inclusion
 from kvreg.remote.auditlog import (
     LogInconsistentError,
     RemoteLog,
@@ -146,25 +146,20 @@ def download_entries(
     return entries, leaves
 
 
-def _check_root(leaves: Sequence[bytes], checkpoint: Checkpoint, where: str) -> dict[tuple[int, int], bytes]:
-    nodes = logtree.from_leaves(leaves)
-    root = logtree.root(checkpoint.size, lambda level, idx: nodes[(level, idx)])
-    if root != checkpoint.root:
+def _check_root(leaves: Sequence[bytes], checkpoint: Checkpoint, where: str) -> None:
+    if len(leaves) != checkpoint.size or root_from_leaf_hashes(leaves) != checkpoint.root:
         raise LogInconsistentError(
             f"{where}: the root over its {checkpoint.size} entries is not the root of its signed checkpoint: "
             "entries were edited, removed or reordered",
             size=checkpoint.size,
         )
-    return nodes
 
 
-def verify_remote_log(
-    audit: RemoteLog, *, progress: Callable[[int], None] | None = None
-) -> tuple[LogAudit, dict[tuple[int, int], bytes]]:
+def verify_remote_log(audit: RemoteLog, *, progress: Callable[[int], None] | None = None) -> LogAudit:
     """Download and verify the whole log of ``audit``'s remote up to a fresh, consistent checkpoint.
 
     Raises ``UnauthenticatedError`` when entries need a token, ``LogInconsistentError``
-    or ``SignatureError`` (exit 3) on any mismatch. Also returns the tree's nodes.
+    or ``SignatureError`` (exit 3) on any mismatch.
     """
     started = time.perf_counter()
     checkpoint = audit.check()
@@ -179,16 +174,17 @@ def verify_remote_log(
             f"{audit.where} lets only callers with a token read its audit log entries",
             hint=f"log in first: kvreg login {audit.name} --token TOKEN",
         ) from e
-    nodes = _check_root(leaves, checkpoint, audit.where)
+    _check_root(leaves, checkpoint, audit.where)
     types, first, last = _summarize(entries)
     result = LogAudit(checkpoint, audit.note, audit.verifier, leaves, entries, types, first, last)
     result.seconds = time.perf_counter() - started
-    return result, nodes
+    return result
 
 
 def export_log(audit: RemoteLog, out: Path, *, progress: Callable[[int], None] | None = None) -> LogAudit:
     """Verify the remote's whole log and write it, with inclusion proofs, to ``out`` (atomically)."""
-    result, nodes = verify_remote_log(audit, progress=progress)
+    result = verify_remote_log(audit, progress=progress)
+    nodes = logtree.from_leaves(result.leaves)
     checkpoint = result.checkpoint
     n = checkpoint.size
 
@@ -391,9 +387,7 @@ def verify_export(
     if pinned is not None and pinned.checkpoint is not None:
         seen = pinned.checkpoint
         if seen.size <= n:
-            nodes = logtree.from_leaves(leaves[: seen.size])
-            prefix = logtree.root(seen.size, lambda level, idx: nodes[(level, idx)])
-            if prefix != seen.root:
+            if root_from_leaf_hashes(leaves[: seen.size]) != seen.root:
                 raise LogInconsistentError(
                     f"{path}: its first {seen.size} entries are not the log of {seen.size} entries "
                     f"this store verified for remote {pinned.remote!r}: two different histories",

@@ -213,12 +213,15 @@ class RemoteLogStore:
         """The state of ``name`` (None: nothing pinned); its stored note is verified with the pinned key."""
         path = self.path(name)
         try:
-            data = path.read_bytes()[: _MAX_STATE_BYTES + 1]
+            with path.open("rb") as f:
+                data = f.read(_MAX_STATE_BYTES + 1)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
         hint = f"remove it and pin again deliberately: kvreg remote add {name} URL --replace"
+        if len(data) > _MAX_STATE_BYTES:
+            raise ConfigError(f"{path} is larger than {_MAX_STATE_BYTES} bytes", hint=hint)
         try:
             doc = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
