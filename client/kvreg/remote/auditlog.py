@@ -56,7 +56,6 @@ its reports) and does not configure remotes (``kvreg.remote.config``).
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import datetime as dt
 import fcntl
@@ -70,12 +69,11 @@ from typing import Any
 
 from kvreg.core.atomicfile import atomic_write_bytes, remove_quietly
 from kvreg.core.canonical import parse_json_object
-from kvreg.core.checkpoint import ALG_ED25519, Checkpoint, NoteVerifier, verify_signed_checkpoint
+from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
 from kvreg.core.errors import (
     ConfigError,
     ForbiddenError,
     IntegrityError,
-    KvregError,
     MerkleProofError,
     NotFoundError,
     SignatureError,
@@ -83,7 +81,6 @@ from kvreg.core.errors import (
     UnauthenticatedError,
     UsageError,
 )
-from kvreg.core.keys import PublicKey
 from kvreg.core.merkle import leaf_hash, verify_consistency, verify_inclusion
 from kvreg.remote.config import connect, validate_remote_name
 from kvreg.remote.http import LogProof, RegistryClient
@@ -291,28 +288,10 @@ class RemoteLogStore:
 
 
 def parse_verifier(text: str) -> NoteVerifier:
-    """A C2SP verifier key ``NAME+KEYID+KEY``, split at the first two ``+`` only (as the Go
-    reference does): the base64 key may itself hold ``+``. Raises ``SignatureError``."""
+    """A C2SP verifier key ``NAME+KEYID+KEY`` from an answer or a file; raises ``SignatureError``."""
     if not isinstance(text, str):
         raise SignatureError("a verifier key is text")
-    name, sep1, rest = text.strip().partition("+")
-    hexid, sep2, key64 = rest.partition("+")
-    if not sep1 or not sep2:
-        raise SignatureError(f"a verifier key is NAME+KEYID+KEY, not {text[:120]!r}")
-    try:
-        raw = base64.b64decode(key64, validate=True)
-        key_id = bytes.fromhex(hexid)
-    except (binascii.Error, ValueError) as e:
-        raise SignatureError(f"malformed verifier key {text[:120]!r}: {e}") from None
-    if len(hexid) != 8 or len(raw) != 33 or raw[0] != ALG_ED25519:
-        raise SignatureError(f"verifier key {text[:120]!r} is not an Ed25519 key")
-    try:
-        verifier = NoteVerifier(name, PublicKey.from_raw(raw[1:]))
-    except KvregError as e:
-        raise SignatureError(f"malformed verifier key {text[:120]!r}: {e.message}") from None
-    if verifier.key_id != key_id:
-        raise SignatureError(f"verifier key {text[:120]!r} has a key id that does not match its key")
-    return verifier
+    return NoteVerifier.from_text(text)
 
 
 def parse_log_key(text: str) -> NoteVerifier:
