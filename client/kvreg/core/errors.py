@@ -126,6 +126,13 @@ class UntrustedKeyError(SignatureError):
     code = "KEY_UNTRUSTED"
 
 
+class LogInconsistentError(MerkleProofError):
+    """A registry's audit log contradicts what this client verified before, or its own proofs
+    (it shrank, forked, or was rewritten)."""
+
+    code = "LOG_INCONSISTENT"
+
+
 class WitnessMismatchError(IntegrityError):
     """The witness probe after a graft produced other logits than the deposit."""
 

@@ -74,6 +74,7 @@ from kvreg.core.errors import (
     ConfigError,
     ForbiddenError,
     IntegrityError,
+    LogInconsistentError,
     MerkleProofError,
     NotFoundError,
     SignatureError,
@@ -113,12 +114,6 @@ MAX_ENTRY_BYTES = 1 << 20
 _STATE_MODE = 0o644
 _MAX_STATE_BYTES = 1 << 20
 REF_TYPES = frozenset({"ref.created", "ref.moved", "tag.created"})
-
-
-class LogInconsistentError(MerkleProofError):
-    """The registry's audit log contradicts what this client verified before, or its own proofs."""
-
-    code = "LOG_INCONSISTENT"
 
 
 def now() -> str:

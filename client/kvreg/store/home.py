@@ -10,7 +10,9 @@ The root is, in order: an explicit path, ``$KVREG_HOME``, ``~/.kvreg``. Layout::
     quarantine/<hex>.<time>    damaged objects moved aside by fsck, never deleted
     keys/                      signing keys (mode 0700)
     cache/                     rebuildable caches
-    trust.json, config.json    trust policy and configuration
+    trust.json, config.json    trust policy and configuration (remotes included)
+    credentials.json           registry tokens (mode 0600)
+    remotes/<name>.json        a remote's pinned audit-log key and last checkpoint
 
 Nothing is created on construction: the stores create their folders on first
 write, and :meth:`Home.ensure` creates the whole layout at once (``kvreg init``).
