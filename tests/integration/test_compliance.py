@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.helpers import kvreg
+from cli.helpers import flip_bit, kvreg, object_path
 from kvreg.core.canonical import canonical_json
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import sign_envelope
@@ -404,3 +404,13 @@ def test_graft_sends_receipts(registry: Registry, depositor: dict[str, Any], mak
     assert "the graft succeeded, but its receipt was not sent" in run.json["error"]["message"]
     with registry.http(reader) as rd:
         assert rd.get(f"/namespaces/{ns}/receipts").json()["total"] == 2
+
+    # A failed witness probe is reported too, before the graft fails with it (exit 3).
+    kvreg(dst, "login", "origin", "--token", reader)
+    last_chunk = str(manifest.chunks[-1].digest)
+    flip_bit(dst, last_chunk, offset=len(object_path(dst, last_chunk).read_bytes()) - 3)
+    run = kvreg(dst, *graft, "--trust-store", "--receipt", "origin", expect=3)
+    assert run.json["error"]["code"] == "WITNESS_MISMATCH"
+    with registry.http(reader) as rd:
+        newest = rd.get(f"/namespaces/{ns}/receipts").json()["receipts"][0]
+    assert newest["witness"] == "fail" and newest["check"] is None and newest["graft"] is None
