@@ -48,14 +48,18 @@ def log_entries(registry: Registry, start: int) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def logs(registry: Registry, expected: int, *types: str):  # type: ignore[no-untyped-def]
-    """The block appends exactly ``expected`` entries (of ``types``, in order, if given)."""
+def logs(registry: Registry, expected: int | None, *types: str):  # type: ignore[no-untyped-def]
+    """The block appends exactly ``expected`` entries (of ``types``, in order, if given);
+    ``expected`` None: among the block's entries, each of ``types`` exactly once."""
     before = log_size(registry)
     yield
-    new = log_entries(registry, before)
-    assert len(new) == expected, [e["type"] for e in new]
+    new = [e["type"] for e in log_entries(registry, before)]
+    if expected is None:
+        assert all(new.count(t) == 1 for t in types), new
+        return
+    assert len(new) == expected, new
     if types:
-        assert [e["type"] for e in new] == list(types)
+        assert new == list(types)
 
 
 def store(c: httpx.Client, ns: str, depositor: dict[str, Any], name: str, ref: str | None = None) -> str:
@@ -173,6 +177,25 @@ def test_a_held_artifact_survives_gc_and_deletes_until_the_hold_is_lifted(
         admin.post("/gc", json={"grace_seconds": 0})
         for d in m.object_digests():
             assert admin.head(f"/namespaces/{ns}/objects/{d}").status_code == 404
+
+
+def test_push_to_a_held_ref_is_refused_clearly(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    ns, writer, ns_admin, _reader = setup(registry, depositor)
+    home = _pusher(depositor, make_home(registry, writer))
+    kvreg(home, "push", "origin", "src/p07", "--as", f"{ns}/p07")
+    with registry.http(ns_admin) as a:
+        hold = a.post(f"/namespaces/{ns}/holds", json={"ref": "p07", "reason": "frozen"}).json()
+    with logs(registry, None, "ref.move.refused"):
+        run = kvreg(home, "--json", "push", "origin", "src/p07x", "--as", f"{ns}/p07", expect=1)
+    err = run.json["error"]
+    assert err["code"] == "LEGAL_HOLD" and err["details"]["holds"] == [hold["id"]]
+    assert "legal hold" in err["message"] and "lift" in err["hint"]
+    with registry.http(writer) as w:
+        assert w.get(f"/namespaces/{ns}/refs/p07").json()["digest"] == str(
+            depositor["manifests"]["p07"].digest
+        )
 
 
 def test_retention_deletes_exactly_the_unkept_envelopes_and_gc_frees_them(
