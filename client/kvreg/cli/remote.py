@@ -42,6 +42,7 @@ from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, contact, parse_log_
 from kvreg.remote.config import Credentials, RemoteConfig, validate_remote_name, validate_token
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import NullProgress, Progress
+from kvreg.remote.transfer import PullReport, PushReport
 from kvreg.remote.transfer import pull as pull_artifact
 from kvreg.remote.transfer import push as push_artifact
 
@@ -398,12 +399,7 @@ def push(
     data = report.to_dict()
 
     def render(console: Console) -> None:
-        if report.ref_changed:
-            what = "created" if report.old is None else f"moved from {report.old}"
-            if report.tag:
-                what += " (tag)"
-        else:
-            what = "already up to date"
+        what = _ref_change(report)
         console.print(
             f"pushed {escape(report.ref)} to {escape(name)} as [bold]{escape(report.remote_ref)}[/bold]: "
             f"{report.objects_sent} of {report.objects_total} objects sent ({_human(report.bytes_sent)}), "
@@ -415,6 +411,14 @@ def push(
             console.print(escape(line))
 
     out.result(data, render)
+
+
+def _ref_change(report: PushReport | PullReport) -> str:
+    """How a push or pull changed its ref, in words."""
+    if not report.ref_changed:
+        return "already up to date"
+    what = "created" if report.old is None else f"moved from {report.old}"
+    return what + " (tag)" if report.tag else what
 
 
 def pull(
@@ -461,12 +465,7 @@ def pull(
 
     def render(console: Console) -> None:
         fetched = report.objects_downloaded + report.objects_staged
-        if report.ref_changed:
-            what = "created" if report.old is None else f"moved from {report.old}"
-            if report.tag:
-                what += " (tag)"
-        else:
-            what = "already up to date"
+        what = _ref_change(report)
         console.print(
             f"pulled {escape(report.ref)} from {escape(name)} as [bold]{escape(report.local_ref)}[/bold]: "
             f"{fetched} of {report.objects_total} objects fetched ({_human(report.bytes_downloaded)}), "
