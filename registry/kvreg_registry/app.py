@@ -30,6 +30,7 @@ from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.services.log import AuditLog, load_or_create_key
 from kvreg_registry.settings import Settings
 from kvreg_registry.storage import open_storage
+from kvreg_registry.web import install as install_web
 
 log = logging.getLogger(__name__)
 
@@ -81,4 +82,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in (admin_router, objects_router, artifacts_router, log_router, compliance_router):
         app.include_router(router, prefix=API_PREFIX)
+    install_web(app)
     return app

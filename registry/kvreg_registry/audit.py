@@ -25,11 +25,21 @@ from sqlalchemy.orm import Session
 from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
 from kvreg.core.merkle import leaf_hash
-from kvreg_registry.db.models import AuditEntry, LogHead, LogNode, utcnow
+from kvreg_registry.db.models import AuditEntry, AuditSubject, LogHead, LogNode, utcnow
 
 
 def _iso(t: dt.datetime) -> str:
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def subject_digests(subjects: Iterable[str], old: Any, new: Any) -> list[str]:
+    """The digests an entry is about: its ``subjects`` and ``old``/``new`` when they are digests
+    (indexed in ``audit_subjects``; migration 0003 applies the same rule to older entries)."""
+    out: list[str] = []
+    for v in [*subjects, old, new]:
+        if isinstance(v, str) and len(v) == 71 and v.startswith("sha256:") and v not in out:
+            out.append(v)
+    return out
 
 
 def append(
@@ -52,7 +62,7 @@ def append(
         "type": type,
         "actor": actor,
         "namespace": namespace,
-        "subjects": list(subjects),
+        "subjects": [str(s) for s in subjects],
         "old": old,
         "new": new,
         "details": dict(details or {}),
@@ -70,6 +80,8 @@ def append(
         )
     )
     session.flush()
+    for digest in subject_digests(body["subjects"], old, new):
+        session.add(AuditSubject(digest=digest, seq=size))
     leaf = leaf_hash(entry)
     siblings = read_nodes(session, logtree.siblings_for_append(size))
     new_nodes = logtree.nodes_after_append(size, leaf, lambda level, idx: siblings[(level, idx)])

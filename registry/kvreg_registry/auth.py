@@ -115,6 +115,22 @@ def authenticate(session: Session, token: str | None) -> Principal:
             "unknown token", hint="kvreg login REMOTE --token TOKEN with a valid token"
         )
     token_row, user = row
+    return principal_of(token_row, user)
+
+
+def principal_for_token_id(session: Session, token_id: int) -> Principal:
+    """The principal of the token with id ``token_id`` (a web session acts with the token it was
+    opened with); raises ``UnauthenticatedError`` when it was revoked, expired or deleted."""
+    row = session.execute(
+        select(ApiToken, User).join(User, User.id == ApiToken.user_id).where(ApiToken.id == token_id)
+    ).first()
+    if row is None:
+        raise UnauthenticatedError("the token of this session no longer exists")
+    return principal_of(row[0], row[1])
+
+
+def principal_of(token_row: ApiToken, user: User) -> Principal:
+    """The principal of a token row and its user, refused when the token or user is not usable."""
     now = utcnow()
     if token_row.revoked_at is not None:
         raise UnauthenticatedError("this token was revoked")

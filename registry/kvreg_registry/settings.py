@@ -27,6 +27,10 @@ variable                       meaning                                         d
                                registry must read the same file
 ``KVREG_LOG_ORIGIN``           the log's name in its checkpoints               ``kvreg-log-<key id>``
 ``KVREG_LOG_PUBLIC``           anyone may read log entries (else: any token)   ``0``
+``KVREG_WEB_SESSION_HOURS``    how long a browser sign-in lasts (never longer   ``12``
+                               than its token)
+``KVREG_WEB_SECURE_COOKIES``   mark the web UI's cookies ``Secure`` (set it     ``0`` (``1`` over https)
+                               behind a TLS proxy that speaks plain http)
 ``KVREG_MIGRATE_ON_START``     run ``alembic upgrade head`` when a process     ``1``
                                starts (``kvreg-admin migrate`` always does)
 =============================  ==============================================  =====================
@@ -111,6 +115,8 @@ class Settings:
     # Create the schema with alembic on startup when the database is empty or behind
     # (the embedded default). Deployments that migrate by hand set it to False.
     migrate_on_start: bool = True
+    web_session_hours: int = 12
+    web_secure_cookies: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -136,6 +142,8 @@ class Settings:
             log_key_file=Path(e[ENV_PREFIX + "LOG_KEY_FILE"]) if e.get(ENV_PREFIX + "LOG_KEY_FILE") else None,
             log_origin=e.get(ENV_PREFIX + "LOG_ORIGIN") or None,
             log_public=_bool(e, "LOG_PUBLIC", False),
+            web_session_hours=_int(e, "WEB_SESSION_HOURS", 12),
+            web_secure_cookies=_bool(e, "WEB_SECURE_COOKIES", False),
         )
         return replace(settings, **overrides) if overrides else settings
 

@@ -9,12 +9,14 @@ the ``X-Kvreg-Error-Code`` header. FastAPI's validation errors become
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvreg.core import errors as e
@@ -67,29 +69,49 @@ def kvreg_error_response(error: e.KvregError) -> JSONResponse:
     return error_response(status, error.to_dict(), headers)
 
 
+HtmlRenderer = Callable[[Request, int, dict[str, Any]], Response]
+API_PATH_PREFIX = "/api/"
+
+
+def set_html_renderer(app: FastAPI, renderer: HtmlRenderer) -> None:
+    """Answer errors on non-API paths (the web UI's pages) with ``renderer`` instead of JSON."""
+    app.state.html_error_renderer = renderer
+
+
+def _answer(request: Request, response: JSONResponse) -> Response:
+    renderer: HtmlRenderer | None = getattr(request.app.state, "html_error_renderer", None)
+    if renderer is None or request.url.path.startswith(API_PATH_PREFIX) or request.url.path == "/api":
+        return response
+    body = json.loads(bytes(response.body))["error"]
+    return renderer(request, response.status_code, body)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(e.KvregError)
-    async def _kvreg(_request: Request, exc: e.KvregError) -> JSONResponse:
-        return kvreg_error_response(exc)
+    async def _kvreg(request: Request, exc: e.KvregError) -> Response:
+        return _answer(request, kvreg_error_response(exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
         problems = [
             {"loc": [str(p) for p in err.get("loc", ())], "message": str(err.get("msg", ""))}
             for err in exc.errors()[:20]
         ]
         first = problems[0] if problems else {"loc": [], "message": "invalid request"}
         message = f"invalid request: {'.'.join(first['loc'])}: {first['message']}"
-        return error_response(
-            400, {"code": "REQUEST_INVALID", "message": message, "details": {"problems": problems}}
+        return _answer(
+            request,
+            error_response(
+                400, {"code": "REQUEST_INVALID", "message": message, "details": {"problems": problems}}
+            ),
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "REQUEST_INVALID")
-        return error_response(exc.status_code, {"code": code, "message": str(exc.detail)})
+        return _answer(request, error_response(exc.status_code, {"code": code, "message": str(exc.detail)}))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error while serving a request", exc_info=exc)
-        return error_response(500, {"code": "INTERNAL", "message": "internal error"})
+        return _answer(request, error_response(500, {"code": "INTERNAL", "message": "internal error"}))

@@ -306,6 +306,8 @@ class AuditEntry(Base):
         CheckConstraint("length(leaf_hash) = 32", name="leaf_hash_is_sha256"),
         Index("ix_audit_entries_namespace", "namespace"),
         Index("ix_audit_entries_type", "type"),
+        Index("ix_audit_entries_actor", "actor"),
+        Index("ix_audit_entries_created_at", "created_at"),
     )
 
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
@@ -315,6 +317,19 @@ class AuditEntry(Base):
     namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
     entry: Mapped[bytes] = mapped_column(LargeBinary)
     leaf_hash: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class AuditSubject(Base):
+    """A digest an audit entry is about (its ``subjects``, and ``old``/``new`` when they are
+    digests): lets the web UI list an artifact's history with one indexed query."""
+
+    __tablename__ = "audit_subjects"
+    __table_args__ = (_digest_check("digest"),)
+
+    digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    seq: Mapped[int] = mapped_column(
+        ForeignKey("audit_entries.seq", ondelete="CASCADE"), primary_key=True, autoincrement=False
+    )
 
 
 class LogHead(Base):
@@ -441,3 +456,20 @@ class GraftReceipt(Base):
     log_seq: Mapped[int] = mapped_column(BigInteger)
     created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WebSession(Base):
+    """A browser sign-in: the cookie holds a random id, the database only its SHA-256.
+
+    The session acts with the API token it was opened with, so revoking or expiring
+    the token ends the session too; ``csrf_token`` is the synchroniser token every
+    form of the session must echo (``kvreg_registry.web.session``)."""
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (CheckConstraint("length(id_hash) = 64", name="id_hash_is_sha256_hex"),)
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)

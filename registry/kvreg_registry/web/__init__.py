@@ -1,0 +1,30 @@
+"""The web UI: server-rendered pages (Jinja2) for browsing and searching verified solutions,
+artifacts, comparisons, the audit trail, sign-in and administration.
+
+Served by the same app as the API (``create_app`` calls :func:`install`): pages at
+``/``, static files at ``/static``. Every page enforces the API's access rules with
+the same services (a private namespace is a 404 to whoever cannot read it), runs a
+bounded number of database queries whatever the library's size, and escapes
+everything that came from an artifact. See docs/web-ui.md.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from kvreg_registry.web import pages_session
+from kvreg_registry.web.render import STATIC_DIR
+
+# Page modules, in the order their routes are matched.
+PAGE_MODULES = [pages_session]
+
+
+def install(app: FastAPI) -> None:
+    """Add the pages and the static files to ``app``."""
+    from kvreg_registry.web import errors
+
+    for module in PAGE_MODULES:
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    errors.install(app)
