@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvreg-installed
 
-.PHONY: install demo test lint bench clean services services-stop
+.PHONY: install demo test lint bench clean services services-stop browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,9 +33,22 @@ services: install
 services-stop:
 	scripts/services.sh stop
 
+# Debian's chromium, which the browser tests (tests/browser) drive with Playwright; installed
+# with apt-get when missing (sudo unless root). Playwright's own browser download is never used.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	    command -v apt-get >/dev/null || { echo "$(CHROMIUM) is missing and there is no apt-get: install chromium" >&2; exit 1; }; \
+	    SUDO=; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	    echo "browser: installing Debian's chromium (apt-get install chromium)"; \
+	    $$SUDO apt-get update && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+	fi
+	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing after apt-get install chromium" >&2; exit 1; }
+
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
 # so an empty suite can never pass silently.
-test: install lint services
+test: install lint services browser
 	$(PY) -m pytest
 
 bench: install
