@@ -24,7 +24,9 @@ class Query:
     offset: int = 0
 
 
-def _visible(principal: Principal) -> object:
+def visible_condition(principal: Principal) -> object:
+    """The SQL condition on ``Namespace`` that the namespaces ``principal`` may read satisfy
+    (``True`` for a server admin: no condition)."""
     if principal.is_admin:
         return True
     if principal.user_id is None:
@@ -34,7 +36,7 @@ def _visible(principal: Principal) -> object:
 
 
 def _filtered(stmt: Select, q: Query, principal: Principal) -> Select:  # type: ignore[type-arg]
-    visible = _visible(principal)
+    visible = visible_condition(principal)
     if visible is not True:
         stmt = stmt.where(visible)  # type: ignore[arg-type]
     if q.namespace:
