@@ -46,7 +46,7 @@ def serve(
     workers: Annotated[int, typer.Option("--workers", min=1, help="uvicorn worker processes.")] = 1,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
-    """Run the registry server (HTTP API under /api/v1).
+    """Run the registry server: the HTTP API under /api/v1 and the web UI at /.
 
     Examples:
 
@@ -69,6 +69,7 @@ def serve(
     settings = Settings.from_env(**overrides)
     out = output.get(ctx)
     out.note(f"kvreg registry on http://{host}:{port}/api/v1/  (data: {settings.data_dir})")
+    out.note(f"web UI: open http://{host}:{port}/ in a browser")
     if workers > 1:
         # Worker processes build the app from the environment.
         os.environ["KVREG_DATA"] = str(settings.data_dir)
