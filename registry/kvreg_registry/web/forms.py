@@ -19,6 +19,8 @@ MAX_FIELDS = 50
 async def read_form(request: Request) -> dict[str, str]:
     """The fields of a form post (the last value of a repeated field); raises on anything else."""
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not ctype and request.headers.get("content-length", "0") == "0":
+        return {}  # an empty post: no fields (the CSRF check then refuses it with 403)
     if ctype != "application/x-www-form-urlencoded":
         raise RequestInvalidError("forms must be posted as application/x-www-form-urlencoded")
     declared = request.headers.get("content-length")
