@@ -31,6 +31,7 @@ _STATUS: list[tuple[type[e.KvregError], int]] = [
     (e.BodyTooLargeError, 413),
     (e.RangeNotSatisfiableError, 416),
     (e.UsageError, 400),
+    (e.KeyFileError, 400),
     (e.UnauthenticatedError, 401),
     (e.ForbiddenError, 403),
     (e.NotFoundError, 404),
