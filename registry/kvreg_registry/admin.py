@@ -38,7 +38,7 @@ ACTOR = Principal(user_id=None, name="kvreg-admin", is_admin=True)
 app = typer.Typer(
     name="kvreg-admin",
     help="Administer a kvreg registry's database: namespaces, users, tokens, roles, keys, legal holds, "
-    "retention, GC.\n\n"
+    "retention, GC, the search index.\n\n"
     "Example (first setup):\n\n"
     "  kvreg-admin --data ./kvreg-data user create alice --admin\n\n"
     "  kvreg-admin --data ./kvreg-data token create alice --label laptop\n\n"
@@ -61,6 +61,7 @@ hold_app = typer.Typer(
 retention_app = typer.Typer(
     help="Retention policies: which envelopes no ref points at GC may delete.", no_args_is_help=True
 )
+search_app = typer.Typer(help="The full-text search index of artifacts.", no_args_is_help=True)
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(user_app, name="user")
 app.add_typer(token_app, name="token")
@@ -68,6 +69,7 @@ app.add_typer(role_app, name="role")
 app.add_typer(key_app, name="key")
 app.add_typer(hold_app, name="hold")
 app.add_typer(retention_app, name="retention")
+app.add_typer(search_app, name="search")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
@@ -533,6 +535,35 @@ def retention_show(ctx: typer.Context, namespace: str, json_output: JsonOpt = Fa
     with _read(ctx) as s:
         data = _policy_row(namespace, retention.get_policy(s, accounts.get_namespace(s, namespace)))
     out.result(data, lambda c: c.print(escape(_policy_text(data))))
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+@search_app.command("reindex")
+def search_reindex(
+    ctx: typer.Context,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=10_000, help="Envelopes per transaction.")
+    ] = 200,
+    json_output: JsonOpt = False,
+) -> None:
+    """Recompute every envelope's search text (annotations, prompt and solution text, read from
+    storage) and rebuild the full-text index; rows already right are left alone."""
+    from kvreg_registry.services import search
+
+    out = output.get(ctx, json_output)
+    st = open_state(ctx.meta["settings"])
+    try:
+        report = search.reindex(st.db, st.storage, batch=batch)
+    finally:
+        st.db.dispose()
+    line = f"reindexed {report.envelopes} envelope(s): {report.changed} changed"
+    if report.missing_text:
+        line += f", {report.missing_text} with a text object missing from storage"
+    if report.index_rebuilt:
+        line += ", full-text index rebuilt"
+    out.result(report.to_dict(), lambda c: c.print(line))
 
 
 # --- garbage collection -------------------------------------------------------------------------

@@ -44,6 +44,9 @@ def _store_envelope(
                 hint="upload the objects first (kvreg push does), then the envelope",
                 missing=[str(x) for x in absent[:1000]],
             )
+    # The namespace holds the text objects (checked above): read them for search, outside any
+    # transaction (capped at search.MAX_TEXT_BYTES each).
+    text, prompt = search.artifact_texts(st.storage, checked.manifest)
     payload = checked.envelope.payload
     with st.storage.begin_upload() as pending:
         pending.write(payload)
@@ -52,7 +55,7 @@ def _store_envelope(
             object_service.lock_object(s, d, len(payload))
             pending.commit(d)
             object_service.hold(s, namespace, d)
-            row, seq = envelopes.store(s, who, namespace, checked)
+            row, seq = envelopes.store(s, who, namespace, checked, text=text, prompt=prompt)
             return row.signer_keyid, seq
 
 
@@ -219,13 +222,31 @@ def list_artifacts(
     model: str | None = Query(default=None, max_length=200),
     verifier: str | None = Query(default=None, max_length=200),
     verdict: str | None = Query(default=None, max_length=64),
-    q: str | None = Query(default=None, max_length=500),
+    q: str | None = Query(
+        default=None, max_length=500, description="words, each a prefix of a word of the artifact (AND)"
+    ),
+    since: str | None = Query(
+        default=None, max_length=40, description="stored at or after: YYYY-MM-DD or ISO 8601 (UTC default)"
+    ),
+    until: str | None = Query(
+        default=None, max_length=40, description="stored before: ISO 8601, or YYYY-MM-DD (that day included)"
+    ),
     limit: int = Query(default=50, ge=1, le=search.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
 ) -> m.ArtifactList:
     if namespace is not None:
         validate_namespace(namespace)
-    query = search.Query(namespace, model, verifier, verdict, q, limit, offset)
+    query = search.Query(
+        namespace=namespace,
+        model=model,
+        verifier=verifier,
+        verdict=verdict,
+        text=q,
+        limit=limit,
+        offset=offset,
+        since=search.parse_time(since),
+        until=search.parse_time(until, end_of_day=True),
+    )
     with state(request).db.read() as s:
         rows, total = search.search(s, who, query)
         items = [

@@ -191,8 +191,11 @@ class Envelope(Base):
         CheckConstraint("token_count >= 0 AND chunk_count >= 0 AND size >= 0", name="counts_not_negative"),
         Index("ix_envelopes_created_at", "created_at"),
         Index("ix_envelopes_model_fingerprint", "model_fingerprint"),
+        Index("ix_envelopes_model_name", "model_name"),
         Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
     )
+    # ``search_text`` also has a full-text index that SQLAlchemy cannot declare (migration
+    # 0004: an FTS5 table with triggers on SQLite, a GIN expression index on PostgreSQL).
 
     namespace_id: Mapped[int] = mapped_column(
         ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True

@@ -37,7 +37,7 @@ from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.db.models import EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
-from kvreg_registry.services import holds
+from kvreg_registry.services import holds, search
 from kvreg_registry.services import objects as object_service
 
 
@@ -94,7 +94,11 @@ def check_envelope(digest: Digest, body: bytes, keys: list[SigningKey], namespac
     return CheckedEnvelope(digest, body, envelope, manifest, signer)
 
 
-def _search_fields(manifest: Manifest) -> dict[str, object]:
+def _search_fields(manifest: Manifest, *, text: str = "", prompt: str = "") -> dict[str, object]:
+    """The columns search filters on. ``search_text`` holds the words of the annotations, the
+    verifier, the model name, the prompt and the verified solution text (``text`` and
+    ``prompt``: the decoded text objects, see ``search.artifact_texts``), normalized by
+    ``search.searchable_text`` for the full-text index."""
     a = manifest.annotations
     parts: list[str] = []
     for key in ("title", "question", "answer"):
@@ -111,19 +115,30 @@ def _search_fields(manifest: Manifest) -> dict[str, object]:
     if v is not None:
         parts.append(v.verifier)
     parts.append(manifest.model.name or "")
+    parts.append(prompt)
+    parts.append(text)
     return {
         "title": a.get("title") if isinstance(a.get("title"), str) else "",
         "question": a.get("question") if isinstance(a.get("question"), str) else "",
-        "search_text": "\n".join(parts).lower(),
+        "search_text": search.searchable_text(parts),
         "verifier": v.verifier[:200] if v else None,
         "verdict": v.verdict if v else None,
     }
 
 
 def store(
-    session: Session, principal: Principal, ns: Namespace, checked: CheckedEnvelope
+    session: Session,
+    principal: Principal,
+    ns: Namespace,
+    checked: CheckedEnvelope,
+    *,
+    text: str = "",
+    prompt: str = "",
 ) -> tuple[EnvelopeRow, int | None]:
     """Record a checked envelope whose manifest object is already held by ``ns``.
+
+    ``text`` and ``prompt`` are the artifact's solution and prompt text (read from storage
+    by the caller, outside the transaction: ``search.artifact_texts``), for search.
 
     Returns the row and the sequence number of its audit entry (None: it was stored
     already). Raises ``ObjectsMissingError`` when the namespace lacks some referenced object.
@@ -148,7 +163,7 @@ def store(
             )
             or 0
         )
-    fields = _search_fields(manifest)
+    fields = _search_fields(manifest, text=text, prompt=prompt)
     row = EnvelopeRow(
         namespace_id=ns.id,
         manifest_digest=checked.digest,

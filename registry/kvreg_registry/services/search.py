@@ -1,16 +1,169 @@
-"""Listing and searching the envelopes a caller may read, filtered and paginated in SQL."""
+"""Listing and searching the envelopes a caller may read: full-text matching, filters and
+pagination, all in SQL; the values of the filters (facets); and rebuilding the search text.
+
+**The searchable text.** Each envelope row keeps ``search_text``: the words of its
+title, question, other annotations, verifier, model name, prompt text and verified
+solution text (the manifest's ``prompt`` and ``text`` objects, UTF-8, at most
+``MAX_TEXT_BYTES`` of each read from storage). :func:`searchable_text` makes it:
+NFKC, case-folded, split into words (letters and digits, with their combining
+marks; anything else separates words), each word at most ``MAX_WORD_CHARS``,
+each distinct word once, space-separated, at most ``MAX_SEARCH_BYTES`` in all.
+The query side splits the user's text with the same function (:func:`words`),
+so that both backends' tokenizers only ever see plain words split by spaces.
+
+**The index.** Migration ``0004`` made it:
+
+- PostgreSQL: a GIN index on ``to_tsvector('simple', search_text)``, queried with
+  ``to_tsvector('simple', search_text) @@ to_tsquery('simple', "'w1':* & 'w2':*")``
+  (the expression must be written exactly as in the index for the planner to use it);
+- SQLite: an FTS5 external-content table ``envelopes_fts`` (content ``envelopes``,
+  by ``rowid``; tokenizer ``ascii``, which splits on ASCII non-alphanumerics only,
+  so a normalized word is one token) kept in step by triggers, queried with
+  ``rowid IN (SELECT rowid FROM envelopes_fts WHERE envelopes_fts MATCH '"w1"* AND "w2"*')``.
+
+Every word of the query must occur as a prefix of some word of the artifact (AND of
+prefix terms). Words hold only letters, digits and marks, so a term can contain no
+quote, operator or column filter: no input can cause an SQL or FTS syntax error,
+and text with no searchable words adds no text filter. Results are newest first,
+paginated with LIMIT/OFFSET; the total is a ``count(*)`` with the same filters.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import logging
+import re
+import sys
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    exists,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.orm import Session
 
+from kvreg.core.digest import Digest
+from kvreg.core.errors import ObjectNotFoundError, RequestInvalidError
+from kvreg.core.manifest import Manifest
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Namespace, Ref, Role
+from kvreg_registry.storage.base import ObjectStorage
+
+log = logging.getLogger(__name__)
 
 MAX_LIMIT = 200
+#: At most this many values per facet (namespaces, models, verifiers, verdicts).
+MAX_FACETS = 200
+#: Words of a query beyond this many are ignored.
+MAX_QUERY_WORDS = 20
+#: Longer words are cut to this many characters (when indexed and when searched alike).
+MAX_WORD_CHARS = 64
+#: At most this many bytes of the solution text (and of the prompt) are read and indexed.
+MAX_TEXT_BYTES = 1 << 20
+#: The searchable text of one envelope is cut to this many UTF-8 bytes of distinct words
+#: (PostgreSQL refuses a tsvector whose lexemes exceed 1 MiB in all).
+MAX_SEARCH_BYTES = 512 * 1024
+
+FTS_TABLE = "envelopes_fts"  # SQLite (migration 0004)
+PG_INDEX = "ix_envelopes_fulltext"  # PostgreSQL (migration 0004)
+
+
+# --- words ---------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _word_pattern() -> re.Pattern[str]:
+    """A word: a letter or digit, then letters, digits and combining marks (Unicode categories
+    L, N, M); ``_`` and everything else separate words. Python's ``\\w`` lacks the marks,
+    which scripts such as Devanagari need inside words, so their ranges are listed once."""
+    ranges: list[str] = []
+    start = prev = -2
+    for cp in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(cp))[0] == "M":
+            if cp != prev + 1:
+                if start >= 0:
+                    ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(prev))}")
+                start = cp
+            prev = cp
+    ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(prev))}")
+    marks = "".join(ranges)
+    return re.compile(rf"[^\W_](?:[^\W_]|[{marks}])*")
+
+
+def _fold(value: str) -> str:
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
+
+
+def words(value: str) -> list[str]:
+    """The searchable words of ``value`` in order (repeats kept), each cut to ``MAX_WORD_CHARS``."""
+    return [w[:MAX_WORD_CHARS] for w in _word_pattern().findall(_fold(value))]
+
+
+def searchable_text(parts: Iterable[str]) -> str:
+    """The ``search_text`` of an envelope: the distinct words of ``parts`` in order of first
+    appearance, space-separated, at most ``MAX_SEARCH_BYTES`` UTF-8 bytes."""
+    seen: dict[str, None] = {}
+    budget = MAX_SEARCH_BYTES
+    for part in parts:
+        for w in words(part):
+            if w in seen:
+                continue
+            cost = len(w.encode("utf-8")) + 1
+            if cost > budget:
+                return " ".join(seen)
+            budget -= cost
+            seen[w] = None
+    return " ".join(seen)
+
+
+def query_words(value: str | None) -> list[str]:
+    """The distinct words of a query, at most ``MAX_QUERY_WORDS``."""
+    return list(dict.fromkeys(words(value or "")))[:MAX_QUERY_WORDS]
+
+
+def artifact_texts(storage: ObjectStorage, manifest: Manifest) -> tuple[str, str]:
+    """The solution text and the prompt text of an artifact (``""`` if none), read from
+    storage, at most ``MAX_TEXT_BYTES`` each, decoded as UTF-8 (invalid bytes replaced).
+
+    An object missing from storage gives ``""`` and a warning: the envelope stays
+    searchable by its annotations, and ``kvreg-admin search reindex`` fills it in later."""
+    text_value, prompt_value, _complete = _read_texts(storage, manifest)
+    return text_value, prompt_value
+
+
+def _read_texts(storage: ObjectStorage, manifest: Manifest) -> tuple[str, str, bool]:
+    complete = True
+
+    def read(digest: Digest) -> str:
+        nonlocal complete
+        try:
+            data = b"".join(storage.read_range(digest, 0, MAX_TEXT_BYTES))
+        except ObjectNotFoundError:
+            log.warning("search: object %s of manifest %s is not in storage", digest, manifest.digest)
+            complete = False
+            return ""
+        return data.decode("utf-8", errors="replace")
+
+    text_value = read(manifest.text.digest)
+    prompt_value = read(manifest.prompt.digest) if manifest.prompt is not None else ""
+    return text_value, prompt_value, complete
+
+
+# --- queries ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -22,11 +175,34 @@ class Query:
     text: str | None = None
     limit: int = 50
     offset: int = 0
+    #: Only envelopes stored at or after ``since`` and before ``until`` (timezone-aware).
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
 
 
-def visible_condition(principal: Principal) -> object:
-    """The SQL condition on ``Namespace`` that the namespaces ``principal`` may read satisfy
-    (``True`` for a server admin: no condition)."""
+def parse_time(value: str | None, *, end_of_day: bool = False) -> dt.datetime | None:
+    """``YYYY-MM-DD`` (midnight UTC; with ``end_of_day`` the next midnight, so that an
+    exclusive ``until`` includes that whole day) or an ISO 8601 datetime (UTC if it
+    has no offset); empty → None; anything else → ``RequestInvalidError``."""
+    if value is None or not value.strip():
+        return None
+    raw = value.strip()
+    try:
+        if len(raw) == 10:
+            day = dt.date.fromisoformat(raw)
+            moment = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+            return moment + dt.timedelta(days=1) if end_of_day else moment
+        moment = dt.datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=dt.UTC)
+        return moment.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        raise RequestInvalidError(
+            f"{value[:40]!r} is not a date or time", hint="use YYYY-MM-DD or an ISO 8601 datetime"
+        ) from None
+
+
+def _visible(principal: Principal) -> Any:
     if principal.is_admin:
         return True
     if principal.user_id is None:
@@ -35,36 +211,75 @@ def visible_condition(principal: Principal) -> object:
     return or_(Namespace.public.is_(True), has_role)
 
 
-def _filtered(stmt: Select, q: Query, principal: Principal) -> Select:  # type: ignore[type-arg]
-    visible = visible_condition(principal)
+def visible_condition(principal: Principal) -> Any:
+    """The SQL condition on ``Namespace`` that the namespaces ``principal`` may read satisfy
+    (``True`` for a server admin: no condition). The web UI's artifact page reuses it."""
+    return _visible(principal)
+
+
+def _text_match(dialect: str, terms: list[str]) -> ColumnElement[bool]:
+    """The full-text condition on ``envelopes`` for words made by :func:`words` (letters,
+    digits and marks only, so quoting them cannot break out of a term)."""
+    if dialect == "postgresql":
+        tsquery = " & ".join(f"'{w}':*" for w in terms)
+        simple = literal_column("'simple'")
+        # Written exactly as the index expression of migration 0004, so that the GIN index is used.
+        return func.to_tsvector(simple, Envelope.search_text).bool_op("@@")(
+            func.to_tsquery(simple, bindparam("fts_query", tsquery))
+        )
+    if dialect == "sqlite":
+        match = " AND ".join(f'"{w}"*' for w in terms)
+        hits = (
+            select(literal_column("rowid"))
+            .select_from(text(FTS_TABLE))
+            .where(text("envelopes_fts MATCH :fts_query").bindparams(fts_query=match))
+        )
+        return literal_column("envelopes.rowid").in_(hits)
+    raise NotImplementedError(f"full-text search on {dialect!r}")
+
+
+def _equals(column: Any, value: str) -> ColumnElement[bool]:
+    # PostgreSQL cannot even compare a string holding NUL, and no stored value holds one.
+    return false() if "\x00" in value else column == value
+
+
+def _filtered(stmt: Select[Any], q: Query, principal: Principal, dialect: str) -> Select[Any]:
+    visible = _visible(principal)
     if visible is not True:
-        stmt = stmt.where(visible)  # type: ignore[arg-type]
+        stmt = stmt.where(visible)
     if q.namespace:
-        stmt = stmt.where(Namespace.name == q.namespace)
+        stmt = stmt.where(_equals(Namespace.name, q.namespace))
     if q.model:
-        stmt = stmt.where(or_(Envelope.model_fingerprint == q.model, Envelope.model_name == q.model))
+        stmt = stmt.where(
+            or_(_equals(Envelope.model_fingerprint, q.model), _equals(Envelope.model_name, q.model))
+        )
     if q.verifier:
-        stmt = stmt.where(Envelope.verifier == q.verifier)
+        stmt = stmt.where(_equals(Envelope.verifier, q.verifier))
     if q.verdict:
-        stmt = stmt.where(Envelope.verdict == q.verdict)
-    if q.text:
-        stmt = stmt.where(Envelope.search_text.contains(q.text.lower(), autoescape=True))
+        stmt = stmt.where(_equals(Envelope.verdict, q.verdict))
+    if q.since is not None:
+        stmt = stmt.where(Envelope.created_at >= q.since)
+    if q.until is not None:
+        stmt = stmt.where(Envelope.created_at < q.until)
+    terms = query_words(q.text)
+    if terms:
+        stmt = stmt.where(_text_match(dialect, terms))
     return stmt
 
 
 def search(
     session: Session, principal: Principal, q: Query
 ) -> tuple[list[tuple[Envelope, str, list[str]]], int]:
-    """The matching envelopes (newest first) with their namespace name and ref names, and the total."""
-    base = select(Envelope, Namespace.name).join(Namespace, Namespace.id == Envelope.namespace_id)
-    stmt = _filtered(base, q, principal)
+    """The matching envelopes (newest first) with their namespace name and ref names, and the
+    total: three statements whatever the library's size (count, page, the page's refs)."""
+    dialect = session.get_bind().dialect.name
+    joined = Namespace.id == Envelope.namespace_id
     total_stmt = _filtered(
-        select(func.count()).select_from(Envelope).join(Namespace, Namespace.id == Envelope.namespace_id),
-        q,
-        principal,
+        select(func.count()).select_from(Envelope).join(Namespace, joined), q, principal, dialect
     )
     total = session.scalar(total_stmt) or 0
     limit = max(1, min(q.limit, MAX_LIMIT))
+    stmt = _filtered(select(Envelope, Namespace.name).join(Namespace, joined), q, principal, dialect)
     rows = session.execute(
         stmt.order_by(Envelope.created_at.desc(), Envelope.manifest_digest)
         .limit(limit)
@@ -77,3 +292,111 @@ def search(
         for r in session.scalars(select(Ref).where(or_(*conditions)).order_by(Ref.name)).all():
             refs.setdefault((r.namespace_id, r.manifest_digest), []).append(r.name)
     return [(e, name, refs.get((e.namespace_id, e.manifest_digest), [])) for e, name in rows], total
+
+
+@dataclass(frozen=True)
+class Facets:
+    """The values the search filters offer: the namespaces the caller can read, and the
+    distinct model names, verifiers and verdicts of the envelopes in them (each sorted, at
+    most ``MAX_FACETS``)."""
+
+    namespaces: list[str]
+    models: list[str]
+    verifiers: list[str]
+    verdicts: list[str]
+
+
+def facets(session: Session, principal: Principal) -> Facets:
+    """Four statements: one per facet, each DISTINCT ... LIMIT ``MAX_FACETS`` in SQL."""
+    visible = _visible(principal)
+
+    def only_visible(stmt: Select[Any]) -> Select[Any]:
+        return stmt if visible is True else stmt.where(visible)
+
+    def distinct(column: Any) -> list[str]:
+        stmt = (
+            select(column)
+            .distinct()
+            .join(Namespace, Namespace.id == Envelope.namespace_id)
+            .where(column.is_not(None), column != "")
+            .order_by(column)
+            .limit(MAX_FACETS)
+        )
+        return list(session.scalars(only_visible(stmt)).all())
+
+    namespaces = session.scalars(
+        only_visible(select(Namespace.name).order_by(Namespace.name).limit(MAX_FACETS))
+    ).all()
+    return Facets(
+        namespaces=list(namespaces),
+        models=distinct(Envelope.model_name),
+        verifiers=distinct(Envelope.verifier),
+        verdicts=distinct(Envelope.verdict),
+    )
+
+
+# --- rebuilding ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReindexReport:
+    envelopes: int  # envelopes looked at
+    changed: int  # whose search fields were rewritten
+    missing_text: int  # whose text or prompt object was not in storage
+    index_rebuilt: bool  # SQLite: the FTS table was rebuilt from the envelopes
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "envelopes": self.envelopes,
+            "changed": self.changed,
+            "missing_text": self.missing_text,
+            "index_rebuilt": self.index_rebuilt,
+        }
+
+
+def reindex(db: Any, storage: ObjectStorage, *, batch: int = 200) -> ReindexReport:
+    """Recompute the search fields of every envelope from its manifest and its text objects in
+    storage, ``batch`` envelopes per transaction (storage is read between transactions);
+    rows already right are not written, so a second run changes nothing. On SQLite the FTS
+    table is then rebuilt from ``envelopes`` (which also repairs it if rowids moved, e.g.
+    after a table rebuild). ``db`` is a ``kvreg_registry.db.engine.Database``."""
+    from kvreg.core.envelope import Envelope as DsseEnvelope
+    from kvreg_registry.services.envelopes import _search_fields
+
+    fields = ("title", "question", "search_text", "verifier", "verdict")
+    table = Envelope.__table__
+    update = (
+        table.update()
+        .where(table.c.namespace_id == bindparam("k_ns"), table.c.manifest_digest == bindparam("k_digest"))
+        .values({f: bindparam(f) for f in fields})
+    )
+    seen = changed = missing = 0
+    after: tuple[int, str] | None = None
+    while True:
+        with db.read() as s:
+            stmt = select(table.c.namespace_id, table.c.manifest_digest, table.c.envelope, *table.c[fields])
+            if after is not None:
+                stmt = stmt.where(tuple_(table.c.namespace_id, table.c.manifest_digest) > tuple_(*after))
+            rows = s.execute(stmt.order_by(table.c.namespace_id, table.c.manifest_digest).limit(batch)).all()
+        if not rows:
+            break
+        after = (rows[-1].namespace_id, rows[-1].manifest_digest)
+        updates: list[dict[str, object]] = []
+        for row in rows:
+            seen += 1
+            manifest = Manifest.from_bytes(DsseEnvelope.from_json_bytes(bytes(row.envelope)).payload)
+            text_value, prompt_value, complete = _read_texts(storage, manifest)
+            missing += not complete
+            new = _search_fields(manifest, text=text_value, prompt=prompt_value)
+            if any(getattr(row, f) != new[f] for f in fields):
+                updates.append({"k_ns": row.namespace_id, "k_digest": row.manifest_digest, **new})
+        if updates:
+            with db.write() as s:
+                s.execute(update, updates)
+            changed += len(updates)
+    rebuilt = False
+    if db.dialect == "sqlite":
+        with db.write() as s:
+            s.execute(text("INSERT INTO envelopes_fts(envelopes_fts) VALUES ('rebuild')"))
+        rebuilt = True
+    return ReindexReport(envelopes=seen, changed=changed, missing_text=missing, index_rebuilt=rebuilt)
