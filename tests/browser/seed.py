@@ -8,25 +8,32 @@ What it holds (``Seeded`` says where everything is):
   word ``counterparty`` appears in its solution text only), and ``xss`` (a title, question and
   solution full of markup that must be shown as text). A retention policy, a legal hold on
   ``other``, and one graft receipt for ``p07``.
+- ``paging`` (public): ``ex01``... ``ex21``, small artifacts titled "Paging exercise NN" (one more
+  than a page of results), pushed before the others so that they come last in "newest first".
 - ``lab-private`` (private): ``secret``, readable only by ``carol`` (read role) and the admin.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli.helpers import EXTENSION, QUESTION, SOLUTION, kvreg
+from cli.helpers import EXTENSION, QUESTION, SOLUTION, kvreg, kvreg_env
 from integration.registry_server import Registry
 
 BLOCK = 16
 PUBLIC_NS = "aime25"
 PRIVATE_NS = "lab-private"
+PAGING_NS = "paging"  # public: more artifacts than a page of results holds
+PAGING_COUNT = 21  # the web UI shows 20 results a page
 WRITER = "dana"
 READER = "carol"  # read role on the private namespace only
 GRAFTER = "gina"  # read role on the public namespace: sends the graft receipt
 
+BULK = Path(__file__).with_name("bulk_deposit.py")
 SCRIPT = "<script>alert(1)</script>"
 OTHER_TEXT = (
     "A compliance ruling: the transfer is permitted because the counterparty is registered "
@@ -107,11 +114,13 @@ class Seeded:
     model: Path
     public_ns: str
     private_ns: str
+    paging_ns: str
     admin_name: str
     admin_token: str
     reader_name: str
     reader_token: str
     writer_token: str
+    tokens: dict[str, str]
     public_key: str
     log_key: str
     artifacts: dict[str, Artifact]
@@ -163,14 +172,25 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
     manifests: dict[str, dict[str, Any]] = {}
     for a in ARTIFACTS:
         manifests[a.name] = _deposit(depositor, model, root, a)
+    bulk = subprocess.run(
+        [sys.executable, str(BULK), str(depositor), str(model), PAGING_NS, str(PAGING_COUNT)],
+        env=kvreg_env(depositor),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert bulk.returncode == 0, bulk.stderr
+    paging_refs = bulk.stdout.split()
+    assert len(paging_refs) == PAGING_COUNT, bulk.stdout
 
     with registry.admin() as c:
-        for ns, public in ((PUBLIC_NS, True), (PRIVATE_NS, False)):
+        for ns, public in ((PUBLIC_NS, True), (PRIVATE_NS, False), (PAGING_NS, True)):
             _ok(c.post("/namespaces", json={"name": ns, "public": public}), 201)
             _ok(c.post(f"/namespaces/{ns}/keys", json={"public_key": public_key}), 201)
         tokens = {}
         for user, roles in (
-            (WRITER, {PUBLIC_NS: "write", PRIVATE_NS: "write"}),
+            (WRITER, {PUBLIC_NS: "write", PRIVATE_NS: "write", PAGING_NS: "write"}),
             (READER, {PRIVATE_NS: "read"}),
             (GRAFTER, {PUBLIC_NS: "read"}),
         ):
@@ -183,6 +203,8 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
 
     kvreg(depositor, "remote", "add", "origin", registry.url)
     kvreg(depositor, "login", "origin", "--token", tokens[WRITER])
+    for ref in paging_refs:
+        kvreg(depositor, "push", "origin", ref)
     pushes: dict[str, dict[str, Any]] = {}
     entries: list[dict[str, Any]] = []
     for a in ARTIFACTS:
@@ -232,6 +254,8 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
         model=model,
         public_ns=PUBLIC_NS,
         private_ns=PRIVATE_NS,
+        paging_ns=PAGING_NS,
+        tokens=tokens,
         admin_name="root",
         admin_token=registry.admin_token,
         reader_name=READER,
