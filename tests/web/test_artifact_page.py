@@ -97,7 +97,7 @@ def test_the_page_shows_the_artifact(library: Library) -> None:
     page = get_ok(library, page_url(p))
     assert title_of(page) == "Problem 7"
     assert "What comes after h?" in text_of(section(page, "question"))
-    assert f"<pre>{LONG}</pre>" in section(page, "solution")
+    assert f"<pre>\n{LONG}</pre>" in section(page, "solution")
     verification = section(page, "verification")
     assert re.search(r'id="verdict"><span class="badge ok">pass</span>', verification)
     assert "exact-match" in text_of(verification)
@@ -326,6 +326,22 @@ def test_a_long_text_is_cut_with_a_note(library: Library) -> None:
     assert "w000000 w000001" in solution and "w039999" not in solution
 
 
+def test_an_object_missing_from_storage_is_said_not_a_crash(library: Library) -> None:
+    ns = library.namespace()
+    p = library.publish(ns, "p", LONG)
+    other = library.publish(ns, "q", SHORT)
+    library.app_state.storage.delete(p.manifest.text.digest)
+    library.app_state.storage.delete(other.manifest.tokens.digest)
+    page = get_ok(library, page_url(p))
+    assert f"cannot be shown: the object {p.manifest.text.digest} is not in storage" in text_of(
+        section(page, "solution")
+    )
+    compare = get_ok(library, f"/compare?a={ns}/p&b={ns}/q")
+    assert "cannot be read (not in storage)" in text_of(section(compare, "shared-tokens"))
+    assert "cannot be read (not in storage)" in text_of(section(compare, "divergence"))
+    assert "2 leading full blocks in common" in text_of(section(compare, "shared-blocks"))
+
+
 def _library_of(library: Library, n: int, receipts: int) -> Published:
     """An artifact, ``n`` others extending it (every other one in a private namespace), and
     ``receipts`` graft receipts for it (each one an audit entry about it too)."""
@@ -372,3 +388,32 @@ def test_the_number_of_queries_does_not_grow_with_the_library(library: Library, 
     big, page = _statements(big_library, page_url(big_base))
     assert "shared with 30 other artifacts." in page and page.count("extended by ") == 30
     assert big == small, (small, big)
+
+
+def test_the_pages_on_postgresql(tmp_path: Path) -> None:
+    """The same queries on PostgreSQL: shared chunks, relations, history, receipts, compare."""
+    from services import fresh_pg_database
+
+    with fresh_pg_database() as url:
+        gen = open_library(tmp_path / "pg", database_url=url)
+        lib = next(gen)
+        try:
+            public, private = lib.namespace(), lib.namespace(public=False)
+            short = lib.publish(public, "short", SHORT, title="Short one")
+            lib.publish(private, "hidden", SHORT + " hidden", title="Hidden")
+            long = lib.publish(public, "long", LONG, title="Long one")
+            send_receipt(lib, long, lib.user({public: "read"}), SigningKey.generate())
+            page = get_ok(lib, page_url(long))
+            assert "2 of 3 chunks shared with 1 other artifact." in text_of(section(page, "chunks"))
+            assert "Hidden" not in page
+            relations = text_of(section(page, "prefix-relations"))
+            assert f"extends {public}/Short one (2 shared blocks) — proof checked" in relations
+            assert "1 receipt." in text_of(section(page, "receipts"))
+            assert len(re.findall(r'<tr class="entry">', section(page, "history"))) == 4
+            sign_in(lib.client, lib.user({private: "read"}))
+            page = get_ok(lib, page_url(short))
+            assert "2 of 2 chunks shared with 2 other artifacts." in text_of(section(page, "chunks"))
+            compare = get_ok(lib, f"/compare?a={public}/short&b={private}/hidden")
+            assert "2 leading full blocks in common" in text_of(section(compare, "shared-blocks"))
+        finally:
+            next(gen, None)
