@@ -12,6 +12,8 @@ verified, as JSON Lines for an archive::
 
 with inclusion proofs computed locally (``kvreg.core.logtree``) from the
 downloaded leaves, each verified against the signed root before it is written.
+The lines are written by ``kvreg.core.auditexport_format``, which the registry's
+own export (``GET /audit/export`` in its web UI) uses too: one format, one writer.
 :func:`verify_export` checks such a file with no network: the note's signature
 with the key in the file and, if given, with a pinned key; every line's order,
 entry JSON ``seq`` and inclusion proof; the root over all leaves; and, against a
@@ -35,6 +37,7 @@ from typing import IO, Any
 
 from kvreg.core import logtree
 from kvreg.core.atomicfile import finish, install, temp_file
+from kvreg.core.auditexport_format import EXPORT_FORMAT, entry_line, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
 from kvreg.core.errors import (
     MerkleProofError,
@@ -67,7 +70,6 @@ __all__ = [
     "verify_remote_log",
 ]
 
-EXPORT_FORMAT = "kvreg.audit-export/v1"
 PAGE = 1000  # the registry's largest page of entries
 MAX_EXPORT_LINE = 8 << 20
 
@@ -191,28 +193,22 @@ def export_log(audit: RemoteLog, out: Path, *, progress: Callable[[int], None] |
     def node(level: int, idx: int) -> bytes:
         return nodes[(level, idx)]
 
-    header = {
-        "format": EXPORT_FORMAT,
-        "remote": audit.name,
-        "url": audit.client.base_url,
-        "origin": checkpoint.origin,
-        "verifier_key": result.verifier.to_text(),
-        "checkpoint": result.note,
-        "size": n,
-        "root": b64(checkpoint.root),
-        "exported_at": now(),
-        "types": dict(sorted(result.types.items())),
-    }
+    header = export_header(
+        remote=audit.name,
+        url=audit.client.base_url,
+        checkpoint=checkpoint,
+        note=result.note,
+        verifier=result.verifier,
+        types=result.types,
+        exported_at=now(),
+    )
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with temp_file(out.parent, prefix=f".{out.name}.") as (f, tmp):
-            f.write((json.dumps(header, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+            f.write(header_line(header))
             for i, entry in enumerate(result.entries):
-                proof = logtree.inclusion_proof(i, n, node)
-                verify_inclusion(result.leaves[i], i, n, proof, checkpoint.root)
-                line = {"seq": i, "entry": b64(entry), "proof": [b64(h) for h in proof]}
-                f.write((json.dumps(line, separators=(",", ":")) + "\n").encode("ascii"))
+                f.write(entry_line(i, entry, logtree.inclusion_proof(i, n, node), checkpoint))
             finish(f)
             install(tmp, out, mode=0o644)
     except OSError as e:

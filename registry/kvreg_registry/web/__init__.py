@@ -13,11 +13,18 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from kvreg_registry.web import pages_admin, pages_artifact, pages_compare, pages_library, pages_session
+from kvreg_registry.web import (
+    pages_admin,
+    pages_artifact,
+    pages_audit,
+    pages_compare,
+    pages_library,
+    pages_session,
+)
 from kvreg_registry.web.render import STATIC_DIR
 
 # Page modules, in the order their routes are matched.
-PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages_compare]
+PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages_compare, pages_audit]
 
 
 def install(app: FastAPI) -> None:
