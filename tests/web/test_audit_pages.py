@@ -489,3 +489,49 @@ def test_the_type_list_is_the_documented_one() -> None:
             documented |= set(re.findall(r"`([a-z]+(?:\.[a-z]+)+)`", line.split("|")[1]))
     assert documented == set(audit_view.KNOWN_TYPES)
     assert len(audit_view.KNOWN_TYPES) == len(set(audit_view.KNOWN_TYPES))
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def test_the_pages_and_the_export_on_postgresql(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same queries on PostgreSQL: filters with times, pages, a proof, a tampered entry and
+    an export of two pages that the client's offline check accepts."""
+    from services import fresh_pg_database
+
+    with fresh_pg_database() as url:
+        gen = open_library(tmp_path / "pg", database_url=url)
+        lib = next(gen)
+        try:
+            ns = lib.namespace()
+            published = lib.publish(ns, "p1", "an answer on postgres")
+            day = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+            specs = [{**spec, "at": day + dt.timedelta(minutes=i)} for i, spec in enumerate(filler(1100))]
+            made = add_entries(lib, specs, monkeypatch)
+            sign_in(lib.client, lib.admin_token)
+
+            r = lib.client.get(
+                "/audit", params={"since": "2026-03-01T12:10:00Z", "until": "2026-03-01T12:12:00"}
+            )
+            assert seqs(r.text) == [made[12], made[11], made[10]]
+            r = lib.client.get("/audit", params={"type": "ref.moved", "actor": "bob", "namespace": "team-a"})
+            first = seqs(r.text)
+            assert len(first) == 50 and link(r.text, "next") is not None
+            second = seqs(lib.client.get(link(r.text, "next") or "").text)
+            assert second and max(second) < min(first)
+
+            seq = entry_seq(lib, "envelope.stored", str(published.digest))
+            page = lib.client.get(f"/audit/entries/{seq}").text
+            assert 'class="badge ok">verified' in page
+            assert f'href="/ns/{ns}/artifacts/{published.digest}"' in page
+
+            r, path = download(lib.client, tmp_path / "pg.jsonl")
+            check = verify_export(path, keys=[("the registry's key", lib.app_state.log.verifier)])
+            assert len(check.leaves) == int(r.headers["x-kvreg-log-size"]) > 1100
+
+            raw = stored_entry(lib, made[5])
+            tamper(lib, made[5], raw.replace(b'"seq":', b'"seq": '))
+            page = lib.client.get(f"/audit/entries/{made[5]}").text
+            assert 'class="badge bad">proof failed' in page and 'class="badge ok">verified' not in page
+        finally:
+            next(gen, None)
