@@ -40,7 +40,14 @@ from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError, RequestInvalidError
 from kvreg.core.manifest import Manifest, prefix_consistency_proof, verify_prefix
 from kvreg_registry.auth import Principal
-from kvreg_registry.db.models import AuditEntry, AuditSubject, EnvelopeObject, Namespace, Ref
+from kvreg_registry.db.models import (
+    AuditEntry,
+    AuditSubject,
+    EnvelopeObject,
+    Namespace,
+    NamespaceObject,
+    Ref,
+)
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.services import accounts, envelopes, receipts, refs
 from kvreg_registry.services.search import visible_condition
@@ -224,10 +231,18 @@ def shared_chunks(
     unique_chunks = len({c.digest for c in chunks})  # chunks come first in envelope_objects
     mine = aliased(EnvelopeObject)
     other = aliased(EnvelopeObject)
+    # Through namespace_objects (indexed by digest) to the namespaces holding each chunk, then
+    # ix_envelope_objects_holder (namespace_id, digest): index lookups, never a scan of
+    # envelope_objects (which has no index on the digest alone).
     stmt = (
         select(mine.digest, Namespace.name, EnvelopeRow.manifest_digest, EnvelopeRow.title)
         .select_from(mine)
-        .join(other, other.digest == mine.digest)
+        .join(NamespaceObject, NamespaceObject.digest == mine.digest)
+        .join(
+            other,
+            and_(other.namespace_id == NamespaceObject.namespace_id, other.digest == NamespaceObject.digest),
+        )
+        .join(Namespace, Namespace.id == other.namespace_id)
         .join(
             EnvelopeRow,
             and_(
@@ -235,7 +250,6 @@ def shared_chunks(
                 EnvelopeRow.manifest_digest == other.manifest_digest,
             ),
         )
-        .join(Namespace, Namespace.id == other.namespace_id)
         .where(
             mine.namespace_id == ns.id,
             mine.manifest_digest == digest,
@@ -279,18 +293,28 @@ def prefix_relations(
         return [], False  # no full block: there is no prefix to prove
     stmt = (
         select(EnvelopeRow, Namespace.name)
+        .select_from(NamespaceObject)
         .join(
             EnvelopeObject,
             and_(
-                EnvelopeObject.namespace_id == EnvelopeRow.namespace_id,
-                EnvelopeObject.manifest_digest == EnvelopeRow.manifest_digest,
+                EnvelopeObject.namespace_id == NamespaceObject.namespace_id,
+                EnvelopeObject.digest == NamespaceObject.digest,
+            ),
+        )
+        .join(
+            EnvelopeRow,
+            and_(
+                EnvelopeRow.namespace_id == EnvelopeObject.namespace_id,
+                EnvelopeRow.manifest_digest == EnvelopeObject.manifest_digest,
             ),
         )
         .join(Namespace, Namespace.id == EnvelopeRow.namespace_id)
         .where(
-            EnvelopeObject.digest == manifest.chunks[0].digest,
+            NamespaceObject.digest == manifest.chunks[0].digest,
             EnvelopeObject.position == 0,
-            EnvelopeRow.model_fingerprint == manifest.model.fingerprint,
+            # ``|| ''`` keeps planners without statistics (SQLite) off ix_envelopes_model_fingerprint,
+            # which may hold the whole library: the chunk digest is far more selective.
+            EnvelopeRow.model_fingerprint.concat("") == manifest.model.fingerprint,
             EnvelopeRow.tokenizer_fingerprint == manifest.tokenizer.fingerprint,
             EnvelopeRow.config_fingerprint == manifest.config.fingerprint,
             EnvelopeRow.block_size == manifest.block_size,
