@@ -143,7 +143,7 @@ def page(context: Any) -> Any:
 
 @pytest.fixture
 def phone(browser: Any, server: Seeded) -> Iterator[Any]:
-    ctx = _context(browser, server, viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True)
+    ctx = _context(browser, server, viewport=PHONE, device_scale_factor=1, is_mobile=True, has_touch=True)
     try:
         yield _watch(ctx.new_page())
     finally:
