@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import logging
 import re
-import sys
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,23 +85,45 @@ PG_INDEX = "ix_envelopes_fulltext"  # PostgreSQL (migration 0004)
 # --- words ---------------------------------------------------------------------------------------
 
 
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _class(code_points: list[int]) -> str:
+    """A regex character class body for ``code_points`` (sorted), as ranges."""
+    out: list[str] = []
+    i = 0
+    while i < len(code_points):
+        j = i
+        while j + 1 < len(code_points) and code_points[j + 1] == code_points[j] + 1:
+            j += 1
+        out.append(f"{re.escape(chr(code_points[i]))}-{re.escape(chr(code_points[j]))}")
+        i = j + 1
+    return "".join(out)
+
+
 @functools.cache
-def _word_pattern() -> re.Pattern[str]:
-    """A word: a letter or digit, then letters, digits and combining marks (Unicode categories
-    L, N, M); ``_`` and everything else separate words. Python's ``\\w`` lacks the marks,
-    which scripts such as Devanagari need inside words, so their ranges are listed once."""
-    ranges: list[str] = []
-    start = prev = -2
-    for cp in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(cp))[0] == "M":
-            if cp != prev + 1:
-                if start >= 0:
-                    ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(prev))}")
-                start = cp
-            prev = cp
-    ranges.append(f"{re.escape(chr(start))}-{re.escape(chr(prev))}")
-    marks = "".join(ranges)
-    return re.compile(rf"[^\W_](?:[^\W_]|[{marks}])*")
+def _unicode_words() -> tuple[dict[int, str], re.Pattern[str]]:
+    """What splits non-ASCII text into words: a table that blanks the "other" numbers
+    (category ``No``: circled digits, fractions, superscripts left by NFKC), which
+    PostgreSQL's parser does not take as word characters, and a pattern for a word: a
+    letter or digit (``\\w`` without ``_``: categories L, Nd, Nl once ``No`` is blanked)
+    followed by letters, digits and combining marks (M, which scripts such as Devanagari
+    have inside words). Built once from ``unicodedata``; the planes scanned hold every
+    mark and ``No`` character (planes 4 to 13 are unassigned, 15 and 16 private use)."""
+    marks: list[int] = []
+    others: list[int] = []
+    for cp in itertools.chain(range(0x40000), range(0xE0000, 0xF0000)):
+        category = unicodedata.category(chr(cp))
+        if category[0] == "M":
+            marks.append(cp)
+        elif category == "No":
+            others.append(cp)
+    # Marks of the first plane and the others apart: a regex class is a fast bitmap only
+    # within the first plane.
+    bmp = _class([cp for cp in marks if cp < 0x10000])
+    beyond = _class([cp for cp in marks if cp >= 0x10000])
+    pattern = re.compile(rf"[^\W_](?:[^\W_]|[{bmp}]|[{beyond}])*")
+    return dict.fromkeys(others, " "), pattern
 
 
 def _fold(value: str) -> str:
@@ -110,7 +132,13 @@ def _fold(value: str) -> str:
 
 def words(value: str) -> list[str]:
     """The searchable words of ``value`` in order (repeats kept), each cut to ``MAX_WORD_CHARS``."""
-    return [w[:MAX_WORD_CHARS] for w in _word_pattern().findall(_fold(value))]
+    folded = _fold(value)
+    if folded.isascii():
+        found = _ASCII_WORD.findall(folded)
+    else:
+        blank_others, pattern = _unicode_words()
+        found = pattern.findall(folded.translate(blank_others))
+    return [w[:MAX_WORD_CHARS] for w in found]
 
 
 def searchable_text(parts: Iterable[str]) -> str:
