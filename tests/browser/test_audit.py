@@ -111,3 +111,28 @@ def test_the_export_download_verifies_with_the_cli(page: Any, server: Seeded, tm
     out = kvreg(server.admin_home, "--json", "audit", "verify", "--file", path, "--key", server.log_key).json
     newest = max(int(e["index"]) for e in server.audit_entries)
     assert out["file"]["entries_checked"] == len(lines) - 1 > newest, out
+
+
+def test_the_audit_pages_list_every_entry_once_newest_first(page: Any, server: Seeded) -> None:
+    sign_in(page, server.admin_token)
+    visit(page, "/audit")
+    headers = [h.lower() for h in page.locator("table#entries th").all_text_contents()]
+    col = next(i for i, h in enumerate(headers) if "seq" in h)
+    seqs: list[int] = []
+    pages = 0
+    while True:
+        pages += 1
+        seqs += [int(row[col]) for row in _rows(page)]
+        if page.locator("a[rel=next]").count() == 0:
+            break
+        assert pages < 100, "more than 100 pages of audit entries"
+        with page.expect_navigation():
+            page.click("a[rel=next]")
+    newest = max(int(e["index"]) for e in server.audit_entries)
+    assert seqs[0] >= newest
+    assert seqs == list(range(seqs[0], -1, -1)), "entries missing, repeated or out of order across pages"
+    if pages > 1:
+        with page.expect_navigation():
+            page.click("a[rel=prev]")
+        assert page.locator("a[rel=next]").count() == 1
+    clean(page)
