@@ -39,17 +39,21 @@ EXPECTED_TABLES = {
 
 
 # The full-text index of migration 0004 cannot be declared in the models (an FTS5 virtual
-# table with its shadow tables on SQLite; a PostgreSQL-only GIN expression index), so the
-# comparison ignores exactly these names, and ``_fulltext_objects`` checks they exist instead.
+# table with its shadow tables on SQLite; on PostgreSQL only, a generated tsvector column of
+# envelopes and its GIN index), so the comparison ignores exactly these names, and
+# ``_fulltext_objects`` checks that they exist instead.
 FULLTEXT_TABLES = {"envelopes_fts", "envelopes_fts_data", "envelopes_fts_idx", "envelopes_fts_config"}
 FULLTEXT_INDEXES = {"ix_envelopes_fulltext"}
+FULLTEXT_COLUMN = "search_vector"
 
 
-def _not_fulltext(name: str | None, type_: str, _parent: object) -> bool:
+def _not_fulltext(name: str | None, type_: str, parent: dict[str, str | None]) -> bool:
     if type_ == "table":
         return name not in FULLTEXT_TABLES
     if type_ == "index":
         return name not in FULLTEXT_INDEXES
+    if type_ == "column":
+        return not (name == FULLTEXT_COLUMN and parent.get("table_name") == "envelopes")
     return True
 
 
@@ -73,8 +77,16 @@ def _fulltext_objects(url: str) -> set[str]:
             if engine.dialect.name == "sqlite":
                 rows = conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE 'envelopes_fts%'"))
             else:
-                rows = conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = 'envelopes'"))
-            return {r[0] for r in rows} & (FULLTEXT_TABLES | FULLTEXT_INDEXES | SQLITE_TRIGGERS)
+                rows = conn.execute(
+                    text(
+                        "SELECT indexname FROM pg_indexes WHERE tablename = 'envelopes' UNION ALL "
+                        "SELECT column_name FROM information_schema.columns "
+                        "WHERE table_name = 'envelopes' AND is_generated = 'ALWAYS'"
+                    )
+                )
+            return {r[0] for r in rows} & (
+                FULLTEXT_TABLES | FULLTEXT_INDEXES | SQLITE_TRIGGERS | {FULLTEXT_COLUMN}
+            )
     finally:
         engine.dispose()
 
@@ -92,7 +104,8 @@ def _check(url: str) -> None:
             assert conn.execute(text("SELECT id, size FROM log_head")).all() == [(1, 0)]
     finally:
         engine.dispose()
-    expected = FULLTEXT_TABLES | SQLITE_TRIGGERS if url.startswith("sqlite") else FULLTEXT_INDEXES
+    on_sqlite = url.startswith("sqlite")
+    expected = FULLTEXT_TABLES | SQLITE_TRIGGERS if on_sqlite else FULLTEXT_INDEXES | {FULLTEXT_COLUMN}
     assert _fulltext_objects(url) == expected
     assert _drift(url) == []
     command.downgrade(alembic_config(url), "0003")

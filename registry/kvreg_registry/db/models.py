@@ -193,9 +193,12 @@ class Envelope(Base):
         Index("ix_envelopes_model_fingerprint", "model_fingerprint"),
         Index("ix_envelopes_model_name", "model_name"),
         Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
+        # The search filters' values per namespace, without reading the rows (search.facets).
+        Index("ix_envelopes_facets", "namespace_id", "model_name", "verifier", "verdict"),
     )
     # ``search_text`` also has a full-text index that SQLAlchemy cannot declare (migration
-    # 0004: an FTS5 table with triggers on SQLite, a GIN expression index on PostgreSQL).
+    # 0004: an FTS5 table with triggers on SQLite; on PostgreSQL a stored generated column
+    # ``search_vector`` with a GIN index), queried by ``kvreg_registry.services.search``.
 
     namespace_id: Mapped[int] = mapped_column(
         ForeignKey("namespaces.id", ondelete="CASCADE"), primary_key=True
