@@ -14,7 +14,7 @@ import os
 from alembic import context
 
 from kvreg_registry.db.engine import make_engine
-from kvreg_registry.db.models import Base
+from kvreg_registry.db.models import Base, include_in_autogenerate
 
 config = context.config
 target_metadata = Base.metadata
@@ -43,6 +43,7 @@ def run_migrations_online() -> None:
                 target_metadata=target_metadata,
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
+                include_name=include_in_autogenerate,
             )
             with context.begin_transaction():
                 context.run_migrations()

@@ -18,7 +18,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from kvreg_registry.db.engine import alembic_config, make_engine, upgrade
-from kvreg_registry.db.models import Base
+from kvreg_registry.db.models import (
+    FULLTEXT_COLUMN,
+    FULLTEXT_INDEXES,
+    FULLTEXT_TABLES,
+    Base,
+    include_in_autogenerate,
+)
 
 EXPECTED_TABLES = {
     "namespaces",
@@ -40,29 +46,14 @@ EXPECTED_TABLES = {
 
 # The full-text index of migration 0004 cannot be declared in the models (an FTS5 virtual
 # table with its shadow tables on SQLite; on PostgreSQL only, a generated tsvector column of
-# envelopes and its GIN index), so the comparison ignores exactly these names, and
-# ``_fulltext_objects`` checks that they exist instead.
-FULLTEXT_TABLES = {"envelopes_fts", "envelopes_fts_data", "envelopes_fts_idx", "envelopes_fts_config"}
-FULLTEXT_INDEXES = {"ix_envelopes_fulltext"}
-FULLTEXT_COLUMN = "search_vector"
-
-
-def _not_fulltext(name: str | None, type_: str, parent: dict[str, str | None]) -> bool:
-    if type_ == "table":
-        return name not in FULLTEXT_TABLES
-    if type_ == "index":
-        return name not in FULLTEXT_INDEXES
-    if type_ == "column":
-        return not (name == FULLTEXT_COLUMN and parent.get("table_name") == "envelopes")
-    return True
-
-
+# envelopes and its GIN index), so the comparison ignores exactly these names (the same hook
+# as migrations/env.py), and ``_fulltext_objects`` checks that they exist instead.
 def _drift(url: str) -> list[object]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(
-                conn, opts={"compare_type": True, "include_name": _not_fulltext}
+                conn, opts={"compare_type": True, "include_name": include_in_autogenerate}
             )
             return list(compare_metadata(context, Base.metadata))
     finally:
