@@ -37,6 +37,7 @@ from kvreg.core.errors import (
     DigestMismatchError,
     FingerprintMismatchError,
     IntegrityError,
+    ObjectNotFoundError,
     TokenMismatchError,
     UsageError,
     WitnessMismatchError,
@@ -53,6 +54,7 @@ from kvreg.engine.runtime import (
     new_cache,
     prefill,
 )
+from kvreg.store import paging
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
@@ -221,15 +223,14 @@ def _map_and_hash(home: Home, entry: ChunkEntry) -> tuple[mmap.mmap, str]:
 
 
 def _map_chunk(home: Home, entry: ChunkEntry, *, populate: bool) -> mmap.mmap:
-    """A private (copy-on-write) mapping of a chunk file; ``populate`` pre-faults its pages."""
-    path = home.objects.path(entry.digest)
+    """A private (copy-on-write) mapping of a chunk file; ``populate`` pre-faults its pages.
+
+    A missing chunk (evicted under the store's size budget, say) is ``ObjectNotFoundError``
+    (exit 1, "pull again"), not an integrity failure: a wrong byte is one, a gap is not."""
     try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        raise IntegrityError(
-            f"chunk {entry.index} ({entry.digest.short()}) is missing from the store",
-            hint="pull the artifact again or run: kvreg fsck",
-        ) from None
+        f = home.objects.path(entry.digest).open("rb")
+    except (FileNotFoundError, ObjectNotFoundError):
+        raise paging.missing_object_error(home, entry.digest, f"chunk {entry.index}") from None
     with f:
         size = os.fstat(f.fileno()).st_size
         if size != entry.size:
@@ -316,21 +317,34 @@ def graft(
     plan = plan_graft(
         manifest, artifact_tokens, list(artifact_tokens if prompt is None else prompt), blocks=blocks
     )
-    t0 = time.perf_counter()
-    chunks = read_chunks(home, manifest, plan.chunks, verify=verify, threads=lm.config.settings.threads)
-    timings["read_seconds"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    probe_result: dict[str, Any] | None = None
-    logits: torch.Tensor | None = None
-    if probe:
-        cache, probe_logits, probe_result = _probe(lm, manifest, chunks, plan)
-        if plan.graft_tokens == len(plan.prompt):
-            logits = probe_logits
-    else:
-        cache = cache_from_blocks(lm, chunks.keys, chunks.values, plan.graft_tokens)
-        if plan.graft_tokens == len(plan.prompt):
-            logits = read_witness_logits(home, manifest).to(lm.device)
-    timings["graft_seconds"] = time.perf_counter() - t1
+    # Only the chunks the plan needs are read (a prefix graft of k blocks reads k chunks);
+    # a lease keeps eviction off them while they are mapped, and the access log records
+    # the use for the store's LRU order.
+    needed = [manifest.digest, manifest.tokens.digest, *(c.digest for c in manifest.chunks[: plan.chunks])]
+    if not probe and plan.graft_tokens == len(plan.prompt):
+        needed.append(manifest.witness.logits_digest)
+    with paging.lease(home, needed):
+        t0 = time.perf_counter()
+        chunks = read_chunks(home, manifest, plan.chunks, verify=verify, threads=lm.config.settings.threads)
+        timings["read_seconds"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        probe_result: dict[str, Any] | None = None
+        logits: torch.Tensor | None = None
+        if probe:
+            cache, probe_logits, probe_result = _probe(lm, manifest, chunks, plan)
+            if plan.graft_tokens == len(plan.prompt):
+                logits = probe_logits
+        else:
+            cache = cache_from_blocks(lm, chunks.keys, chunks.values, plan.graft_tokens)
+            if plan.graft_tokens == len(plan.prompt):
+                try:
+                    logits = read_witness_logits(home, manifest).to(lm.device)
+                except ObjectNotFoundError:
+                    raise paging.missing_object_error(
+                        home, manifest.witness.logits_digest, "the witness logits"
+                    ) from None
+        timings["graft_seconds"] = time.perf_counter() - t1
+    paging.touch(home, needed)
     t2 = time.perf_counter()
     if plan.graft_tokens < len(plan.prompt):
         logits, _ = prefill(lm, cache, plan.prompt, plan.graft_tokens, split_at=plan.split_at)

@@ -11,6 +11,12 @@ objects already out of the way, it checks the graph:
   objects they reference that are missing (``children`` lists them);
 - envelopes whose manifest object is missing.
 
+An object that a manifest references and that disk paging evicted
+(``kvreg.store.paging``'s access log records it) is not a problem: it is listed
+in ``report.evicted`` and does not make ``report.ok`` false; ``kvreg pull`` fetches
+it again. A missing object with no eviction record is ``object-missing``, and a
+wrong byte is always ``object-corrupt``.
+
 It reports every problem in an :class:`FsckReport` and raises nothing for them:
 the caller (``kvreg fsck``) decides the exit status from ``report.ok``. It does
 not verify envelope signatures (that needs the trust policy) or repair anything
@@ -57,6 +63,7 @@ class ProblemKind(enum.StrEnum):
     REF_TARGET_MISSING = "ref-target-missing"
     MANIFEST_INVALID = "manifest-invalid"
     OBJECT_MISSING = "object-missing"
+    OBJECT_EVICTED = "object-evicted"
     ENVELOPE_ORPHAN = "envelope-orphan"
 
 
@@ -80,6 +87,7 @@ class FsckReport:
     objects_checked: int = 0
     bytes_hashed: int = 0
     quarantined: list[Path] = field(default_factory=list)
+    evicted: list[FsckProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -99,6 +107,7 @@ class FsckReport:
             "bytes_hashed": self.bytes_hashed,
             "quarantined": [str(p) for p in self.quarantined],
             "problems": [p.to_dict() for p in self.problems],
+            "evicted": [p.to_dict() for p in self.evicted],
         }
 
 
@@ -183,6 +192,14 @@ def fsck(
             manifests.setdefault(md, f"envelope {md}")
 
     # 4. Manifests and their children.
+    from kvreg.store.paging import format_time, read_access_log  # lazy: paging imports this module
+
+    try:
+        access = read_access_log(home)
+    except OSError as exc:
+        log.warning("fsck: cannot read the access log: %s", exc)
+        access = {}
+    noted: set[Digest] = set()
     for md, via in sorted(manifests.items()):
         try:
             kids = [Digest(c) for c in children(objects.read(md, verify=False))]
@@ -196,6 +213,20 @@ def fsck(
             continue
         for child in kids:
             if not objects.has(child):
+                rec = access.get(child.hex)
+                if rec is not None and rec.evicted_at is not None:
+                    if child not in noted:
+                        noted.add(child)
+                        report.evicted.append(
+                            FsckProblem(
+                                ProblemKind.OBJECT_EVICTED,
+                                child,
+                                f"object {child}, referenced by manifest {md} ({via}), was evicted at "
+                                f"{format_time(rec.evicted_at)} to keep the store under its budget; "
+                                "pull the artifact again to restore it",
+                            )
+                        )
+                    continue
                 report.add(
                     ProblemKind.OBJECT_MISSING,
                     child,

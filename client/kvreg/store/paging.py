@@ -1,0 +1,548 @@
+"""Disk paging: a size budget for the local store, LRU eviction, pins and graft leases.
+
+The library can be far larger than the disk kvreg may use: ``store.max-bytes``
+(``kvreg config set store.max-bytes 20GiB``) bounds the bytes of ``objects/``, and
+:func:`evict` deletes the least recently used objects that nothing protects until
+the store fits. An evicted object's ref stays; ``kvreg fsck`` reports the object as
+*evicted* (not as damage) and ``kvreg pull`` fetches it again.
+
+Files, all under ``$KVREG_HOME/paging/``:
+
+- ``access.log``: append-only lines ``A <unix time> <64 hex>`` (an object was
+  read by a graft) and ``E <unix time> <64 hex>`` (it was evicted). Objects are
+  read-only files, so their last use is recorded here rather than in the files.
+  Each append is one ``write`` under ``.lock``; it is not fsynced, because a lost
+  line only makes the LRU order slightly less accurate. Readers skip any line that
+  does not parse (a crash mid-write leaves at most one such line). Eviction
+  rewrites the log compacted (one line per object) atomically, under the lock.
+- ``pins.json``: ``{"pins": ["ns/name", "sha256:…"]}``, written atomically under
+  ``.lock``. Everything a pinned ref reaches (its manifest and every object the
+  manifest names) is never evicted; the pin follows the ref when it moves.
+- ``leases/<random>.lease``: a process that reads objects (a graft) holds an
+  exclusive ``flock`` on such a file listing the digests it uses, one per line.
+  Eviction skips every digest of a lease whose lock is held, and removes lease
+  files whose holder is gone (the kernel releases a dead process's locks). The file
+  is written and locked under a temporary name, then renamed, so a lease is never
+  seen unlocked; ``leases/.lock`` (shared while a lease is taken, exclusive while
+  eviction decides and deletes) orders the two.
+
+What eviction may delete: objects referenced by the manifest of a ref that is not
+pinned. It never deletes manifests (a ref keeps saying what it is), envelopes, the
+objects of a pinned ref, of a live lease, or of an envelope younger than the gc
+grace period (a deposit or pull that has not moved its ref yet), and never an
+object no ref reaches (that is ``gc``'s job). The last use of an object is the
+later of its last ``A`` line and its file's mtime (when it was stored). It holds
+the refs lock, like ``gc``, so no ref moves while it decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from kvreg.core.atomicfile import atomic_write_bytes, fsync_dir
+from kvreg.core.digest import Digest
+from kvreg.core.errors import KvregError, NotFoundError, ObjectNotFoundError, StoreError, UsageError
+from kvreg.store import config
+from kvreg.store.fsck import Children, default_children
+from kvreg.store.gc import DEFAULT_GRACE_SECONDS
+
+if TYPE_CHECKING:
+    from kvreg.store.home import Home
+
+log = logging.getLogger(__name__)
+
+PAGING_DIR = "paging"
+ACCESS_LOG = "access.log"
+PINS_FILE = "pins.json"
+LEASES_DIR = "leases"
+LEASE_SUFFIX = ".lease"
+_HEX = frozenset("0123456789abcdef")
+
+
+def paging_dir(home: Home) -> Path:
+    return home.root / PAGING_DIR
+
+
+@contextlib.contextmanager
+def _flock(path: Path, how: int) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, how)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _lock(home: Home) -> contextlib.AbstractContextManager[None]:
+    """The exclusive lock on ``paging/.lock`` (access log appends and rewrites, pins)."""
+    return _flock(paging_dir(home) / ".lock", fcntl.LOCK_EX)
+
+
+# --- the access log ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRecord:
+    """What the access log says about one object: last read and, if any, last eviction."""
+
+    last_access: float | None = None
+    evicted_at: float | None = None
+
+
+def _line(kind: str, when: float, digest: Digest) -> bytes:
+    return f"{kind} {when:.6f} {Digest(digest).hex}\n".encode("ascii")
+
+
+def _append(home: Home, data: bytes) -> None:
+    if not data:
+        return
+    path = paging_dir(home) / ACCESS_LOG
+    with _lock(home):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def touch(home: Home, digests: Iterable[Digest], *, now: float | None = None) -> None:
+    """Record that ``digests`` were just used (one append for all). Never raises for I/O:
+    a lost access record only makes eviction's order less accurate."""
+    when = time.time() if now is None else now
+    data = b"".join(_line("A", when, d) for d in dict.fromkeys(digests))
+    try:
+        _append(home, data)
+    except OSError as exc:
+        log.warning("cannot record object accesses in %s: %s", paging_dir(home), exc)
+
+
+def read_access_log(home: Home) -> dict[str, AccessRecord]:
+    """hex → record, from ``access.log``; lines that do not parse (a torn write) are skipped."""
+    path = paging_dir(home) / ACCESS_LOG
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    last: dict[str, float] = {}
+    evicted: dict[str, float] = {}
+    skipped = 0
+    for raw in data.split(b"\n"):
+        if not raw:
+            continue
+        parts = raw.split(b" ")
+        try:
+            kind, when_text, hex_ = parts[0].decode("ascii"), parts[1], parts[2].decode("ascii")
+            when = float(when_text)
+            if len(parts) != 3 or kind not in ("A", "E") or len(hex_) != 64 or not _HEX.issuperset(hex_):
+                raise ValueError(raw)
+        except (IndexError, ValueError, UnicodeDecodeError):
+            skipped += 1
+            continue
+        target = last if kind == "A" else evicted
+        if when >= target.get(hex_, float("-inf")):
+            target[hex_] = when
+    if skipped:
+        log.debug("access log %s: skipped %d unreadable line(s)", path, skipped)
+    return {
+        h: AccessRecord(last.get(h), evicted.get(h) if evicted.get(h, 0) >= last.get(h, 0) else None)
+        for h in last.keys() | evicted.keys()
+    }
+
+
+def eviction_time(home: Home, digest: Digest) -> float | None:
+    """When ``digest`` was evicted, if the access log says it was (and it was not read since)."""
+    try:
+        rec = read_access_log(home).get(Digest(digest).hex)
+    except OSError:
+        return None
+    return None if rec is None else rec.evicted_at
+
+
+def format_time(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def missing_object_error(
+    home: Home, digest: Digest, what: str, *, ref: str | None = None
+) -> ObjectNotFoundError:
+    """The error for an object a read needs and the store lacks: says whether it was evicted
+    and how to get it back. Exit 1, not the integrity failure a wrong byte is."""
+    when = eviction_time(home, digest)
+    again = f"kvreg pull REMOTE {ref}" if ref else "kvreg pull REMOTE REF"
+    if when is not None:
+        return ObjectNotFoundError(
+            f"{what} ({Digest(digest).short()}) was evicted from the local store at {format_time(when)} "
+            f"to keep it under {config.MAX_BYTES_KEY}",
+            hint=f"pull the artifact again: {again} (and pin it with 'kvreg pin' to keep it)",
+            digest=str(digest),
+            evicted=True,
+        )
+    return ObjectNotFoundError(
+        f"{what} ({Digest(digest).short()}) is not in the local store",
+        hint=f"pull the artifact again: {again}; run 'kvreg fsck' to check the store",
+        digest=str(digest),
+        evicted=False,
+    )
+
+
+def _compact(home: Home, present: set[str], records: dict[str, AccessRecord]) -> None:
+    """Rewrite the access log with one line per object (caller holds ``_lock``)."""
+    lines: list[bytes] = []
+    for h in sorted(records):
+        rec = records[h]
+        if h in present and rec.last_access is not None:
+            lines.append(f"A {rec.last_access:.6f} {h}\n".encode("ascii"))
+        elif h not in present and rec.evicted_at is not None:
+            lines.append(f"E {rec.evicted_at:.6f} {h}\n".encode("ascii"))
+    d = paging_dir(home)
+    atomic_write_bytes(d / ACCESS_LOG, b"".join(lines), mode=0o644, tmp_dir=d)
+
+
+# --- pins --------------------------------------------------------------------------------
+
+
+def _normalize_pin(target: str) -> str:
+    from kvreg.core.digest import is_digest
+    from kvreg.core.names import RefName
+
+    if is_digest(target):
+        return str(Digest(target))
+    return str(RefName.parse(target))
+
+
+def pins(home: Home) -> list[str]:
+    """The pinned refs and digests, sorted."""
+    path = paging_dir(home) / PINS_FILE
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise StoreError(
+            f"pins file {path} cannot be read: {exc}",
+            hint="fix it, or remove it and pin again (nothing is evicted while it is unreadable)",
+        ) from exc
+    items = doc.get("pins") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
+        raise StoreError(f'pins file {path} must hold {{"pins": [strings]}}')
+    return sorted(set(items))
+
+
+def _write_pins(home: Home, items: Iterable[str]) -> None:
+    d = paging_dir(home)
+    body = json.dumps({"pins": sorted(set(items))}, indent=2) + "\n"
+    atomic_write_bytes(d / PINS_FILE, body.encode("utf-8"), mode=0o644, tmp_dir=d)
+
+
+def pin(home: Home, target: str) -> bool:
+    """Pin a ref (``ns/name``) or a manifest digest; True if it was not pinned yet.
+
+    The ref must exist (or the manifest be stored) now; ``NotFoundError`` otherwise."""
+    name = _normalize_pin(target)
+    if name.startswith("sha256:"):
+        if not home.objects.has(Digest(name)):
+            raise NotFoundError(f"manifest {name} is not in the local store", hint="pull it first")
+    else:
+        from kvreg.core.names import RefName
+
+        home.refs.get(RefName.parse(name))  # RefNotFoundError if missing
+    with _lock(home):
+        current = pins(home)
+        if name in current:
+            return False
+        _write_pins(home, [*current, name])
+    log.info("pinned %s", name)
+    return True
+
+
+def unpin(home: Home, target: str) -> bool:
+    """Unpin; True if it was pinned."""
+    name = _normalize_pin(target)
+    with _lock(home):
+        current = pins(home)
+        if name not in current:
+            return False
+        _write_pins(home, [p for p in current if p != name])
+    log.info("unpinned %s", name)
+    return True
+
+
+# --- leases ------------------------------------------------------------------------------
+
+
+def _leases_dir(home: Home) -> Path:
+    return paging_dir(home) / LEASES_DIR
+
+
+@contextlib.contextmanager
+def lease(home: Home, digests: Iterable[Digest]) -> Iterator[Path | None]:
+    """Hold a lease on ``digests``: eviction leaves them alone until the block exits
+    (or the process dies). Yields the lease file's path, or None when the store cannot
+    be written (a read-only shared store, which nothing evicts from either)."""
+    d = _leases_dir(home)
+    body = "".join(f"{Digest(x).hex}\n" for x in dict.fromkeys(digests)).encode("ascii")
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"
+    tmp, final = d / f".{token}.tmp", d / f"{token}{LEASE_SUFFIX}"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        log.warning("cannot take a lease in %s (%s); reading without one", d, exc)
+        yield None
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, body)
+        with _flock(d / ".lock", fcntl.LOCK_SH):  # not while an eviction is deciding
+            tmp.rename(final)
+        try:
+            yield final
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                final.unlink()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.close(fd)
+
+
+def _leased(home: Home, *, clean: bool = True) -> set[str]:
+    """Digests (hex) of every live lease; stale lease files are removed (caller holds leases/.lock)."""
+    d = _leases_dir(home)
+    out: set[str] = set()
+    try:
+        entries = list(os.scandir(d))
+    except FileNotFoundError:
+        return out
+    for e in entries:
+        if not e.name.endswith(LEASE_SUFFIX):
+            continue
+        try:
+            fd = os.open(e.path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: a live lease
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    out.update(line.decode("ascii", "replace").strip() for line in f if line.strip())
+                continue
+            if clean:  # nobody holds it: its process is gone
+                with contextlib.suppress(FileNotFoundError):
+                    Path(e.path).unlink()
+                log.debug("removed stale lease %s", e.path)
+        finally:
+            os.close(fd)
+    return out
+
+
+# --- eviction ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EvictReport:
+    """What eviction removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    max_bytes: int | None
+    bytes_before: int = 0
+    bytes_after: int = 0
+    evicted: list[dict[str, Any]] = field(default_factory=list)
+    bytes_freed: int = 0
+    protected_pinned: int = 0
+    protected_leased: int = 0
+    protected_other: int = 0
+
+    @property
+    def over_budget(self) -> bool:
+        return self.max_bytes is not None and self.bytes_after > self.max_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "max_bytes": self.max_bytes,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "bytes_freed": self.bytes_freed,
+            "over_budget": self.over_budget,
+            "evicted": list(self.evicted),
+            "protected": {
+                "pinned": self.protected_pinned,
+                "leased": self.protected_leased,
+                "other": self.protected_other,
+            },
+        }
+
+
+def _children_of(home: Home, manifest: Digest, children: Children, via: str) -> list[Digest]:
+    try:
+        data = home.objects.read(manifest)
+    except ObjectNotFoundError:
+        return []
+    except KvregError as exc:
+        raise StoreError(
+            f"refusing to evict: manifest {manifest} ({via}) is damaged: {exc.message}",
+            hint="run 'kvreg fsck'",
+        ) from exc
+    try:
+        return [Digest(c) for c in children(data)]
+    except Exception as exc:  # cannot tell what it needs: deleting anything could be wrong
+        raise StoreError(
+            f"refusing to evict: manifest {manifest} ({via}) cannot be parsed: {exc}", hint="run 'kvreg fsck'"
+        ) from exc
+
+
+class _FromConfig(enum.Enum):
+    FROM_CONFIG = "FROM_CONFIG"
+
+
+FROM_CONFIG: Final = _FromConfig.FROM_CONFIG
+"""``evict(max_bytes=FROM_CONFIG)``: the budget is ``store.max-bytes`` (the default)."""
+
+
+def evict(
+    home: Home,
+    *,
+    max_bytes: int | _FromConfig | None = FROM_CONFIG,
+    dry_run: bool = False,
+    children: Children = default_children,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    now: float | None = None,
+) -> EvictReport:
+    """Delete least recently used unprotected objects until ``objects/`` fits ``max_bytes``
+    (default: ``store.max-bytes``; None: no budget, nothing is evicted). See the module docstring."""
+    budget = config.max_bytes(home) if max_bytes is FROM_CONFIG else max_bytes
+    if budget is not None and budget < 0:
+        raise UsageError("the byte budget must not be negative")
+    report = EvictReport(dry_run=dry_run, max_bytes=budget)
+    objects = home.objects
+    t_now = time.time() if now is None else now
+    cutoff = t_now - grace_seconds
+    pinned = set(pins(home))
+
+    with home.refs.lock(), _flock(_leases_dir(home) / ".lock", fcntl.LOCK_EX):
+        sizes: dict[str, tuple[int, float]] = {}
+        for d in objects.iter_digests():
+            try:
+                st = objects.stat(d)
+            except ObjectNotFoundError:
+                continue
+            sizes[d.hex] = (st.st_size, st.st_mtime)
+        report.bytes_before = report.bytes_after = sum(s for s, _ in sizes.values())
+        if budget is None or report.bytes_before <= budget:
+            return report
+
+        entries, problems = home.refs.scan()
+        if problems:
+            p = problems[0]
+            raise StoreError(
+                f"refusing to evict: ref {p.name} cannot be read ({p.message})", hint="run 'kvreg fsck'"
+            )
+        protected_pin: set[str] = set()
+        protected_other: set[str] = set()
+        candidates: set[str] = set()
+        for e in entries:
+            kids = _children_of(home, e.digest, children, f"ref {e.ref}")
+            protected_other.add(e.digest.hex)  # manifests stay
+            if str(e.ref) in pinned or str(e.digest) in pinned:
+                protected_pin.update(k.hex for k in kids)
+            else:
+                candidates.update(k.hex for k in kids)
+        for p in pinned:
+            if p.startswith("sha256:"):
+                protected_other.add(Digest(p).hex)
+                protected_pin.update(k.hex for k in _children_of(home, Digest(p), children, f"pin {p}"))
+        for md in home.envelopes.iter_manifest_digests():
+            protected_other.add(md.hex)
+            try:
+                fresh = home.envelopes.stat(md).st_mtime >= cutoff
+            except ObjectNotFoundError:
+                continue
+            if fresh:  # a deposit or pull in progress
+                protected_other.update(k.hex for k in _children_of(home, md, children, f"envelope {md}"))
+        leased = _leased(home)
+
+        records = read_access_log(home)
+        order: list[tuple[float, str]] = []
+        for h in candidates:
+            if h not in sizes:
+                continue
+            if h in protected_pin:
+                report.protected_pinned += 1
+            elif h in leased:
+                report.protected_leased += 1
+            elif h in protected_other:
+                report.protected_other += 1
+            else:
+                rec = records.get(h)
+                used = max(sizes[h][1], rec.last_access if rec and rec.last_access is not None else 0.0)
+                order.append((used, h))
+        order.sort()
+
+        evicted_lines: list[bytes] = []
+        for used, h in order:
+            if report.bytes_after <= budget:
+                break
+            size = sizes[h][0]
+            d = Digest.from_hex(h)
+            if not dry_run:
+                try:
+                    objects.remove(d)
+                except ObjectNotFoundError:
+                    continue
+                evicted_lines.append(_line("E", t_now, d))
+            report.evicted.append({"digest": str(d), "bytes": size, "last_used": format_time(used)})
+            report.bytes_after -= size
+            report.bytes_freed += size
+
+        if not dry_run and evicted_lines:
+            shard_dirs = {objects.objects_dir / x["digest"][7:9] for x in report.evicted}
+            for sd in shard_dirs:
+                with contextlib.suppress(OSError):
+                    fsync_dir(sd)
+            with _lock(home):
+                log_path = paging_dir(home) / ACCESS_LOG
+                fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, b"".join(evicted_lines))
+                finally:
+                    os.close(fd)
+                gone = {x["digest"][7:] for x in report.evicted}
+                try:
+                    _compact(home, set(sizes) - gone, read_access_log(home))
+                except (OSError, StoreError) as exc:
+                    log.warning("cannot compact the access log: %s", exc)
+
+    if report.over_budget:
+        log.warning(
+            "the store holds %d bytes, over its budget of %d: the rest is pinned, in use or not evictable",
+            report.bytes_after,
+            budget,
+        )
+    log.info("evicted %d objects, %d bytes", len(report.evicted), report.bytes_freed)
+    return report
+
+
+def evict_if_over_budget(home: Home) -> EvictReport | None:
+    """Evict when ``store.max-bytes`` is set and exceeded (after a deposit or pull); never raises
+    for a store that cannot be brought under budget. Returns None when no budget is set."""
+    budget = config.max_bytes(home)
+    if budget is None:
+        return None
+    return evict(home, max_bytes=budget)
