@@ -107,7 +107,7 @@ def test_config_unknown_key_and_bad_file(home):
 def test_access_log_tolerates_torn_lines(home):
     a, b = Digest.of_bytes(b"a"), Digest.of_bytes(b"b")
     paging.touch(home, [a], now=100.0)
-    log_path = paging.paging_dir(home) / paging.ACCESS_LOG
+    log_path = paging.access_log_path(home)
     with log_path.open("ab") as f:
         f.write(b"A 200.000000 " + b.hex[:20].encode())  # a crash mid-write: torn, no newline
     paging.touch(home, [b], now=300.0)  # lands on the torn line: that one line is lost
@@ -135,7 +135,7 @@ def test_concurrent_touches_are_all_recorded(home):
         assert p.exitcode == 0
     records = paging.read_access_log(home)
     assert len(records) == 4 * 200 * 5
-    lines = (paging.paging_dir(home) / paging.ACCESS_LOG).read_bytes().split(b"\n")
+    lines = paging.access_log_path(home).read_bytes().split(b"\n")
     assert all(len(line) == 0 or len(line.split(b" ")) == 3 for line in lines)
 
 
@@ -208,14 +208,20 @@ def test_pin_follows_the_ref_and_pins_digests(home):
         paging.pin(home, "ns/missing")
 
 
-def test_fresh_envelope_and_unreachable_objects_are_not_evicted(home):
-    _deposit(home, "ns/old", [_blob("o1")], at=OLD)
+def test_deposit_in_progress_and_unreachable_objects_are_not_evicted(home):
+    _, old = _deposit(home, "ns/old", [_blob("o1"), _blob("o2")], at=OLD)
     _, fresh = _deposit(home, "ns/fresh", [_blob("f1")], at=time.time())
+    # a deposit or pull in progress, its ref not moved yet, reuses ns/old's o1 (found present)
+    pending = home.objects.put_bytes(_blob("pending")).digest
+    pm = home.objects.put_bytes(json.dumps(sorted([str(pending), str(old[0])])).encode()).digest
+    home.envelopes.put(pm, b"{}")
     loose = home.objects.put_bytes(_blob("loose")).digest
     os.utime(home.objects.path(loose), (OLD, OLD))
     report = _evict(home, 0)
-    assert home.objects.has(fresh[0]) and home.objects.has(loose)
-    assert report.protected_other >= 1 and report.over_budget
+    assert home.objects.has(pending) and home.objects.has(loose)  # gc's job, not eviction's
+    assert home.objects.has(old[0]) and not home.objects.has(old[1])
+    assert not home.objects.has(fresh[0])  # a fresh artifact whose ref moved is fair game
+    assert report.over_budget
 
 
 def _hold_lease(root: str, digests: list[str], ready, release) -> None:
@@ -317,6 +323,18 @@ def test_eviction_compacts_the_access_log(home):
     for i in range(50):
         paging.touch(home, a, now=OLD + i)
     _evict(home, home.objects.usage().bytes - 1)
-    lines = (paging.paging_dir(home) / paging.ACCESS_LOG).read_text().splitlines()
-    assert len(lines) == 2  # one A line for the survivor, one E line for the evicted
-    assert sorted(line[0] for line in lines) == ["A", "E"]
+    used = paging.access_log_path(home).read_text().splitlines()
+    gone = paging.eviction_log_path(home).read_text().splitlines()
+    assert len(used) == 1 and used[0].startswith("A ")  # one line for the survivor
+    assert len(gone) == 1 and gone[0].startswith("E ")  # one for the evicted
+
+
+def test_pins_file_and_logs_live_where_documented(home):
+    _, a = _deposit(home, "ns/a", [_blob("a1"), _blob("a2")])
+    paging.pin(home, "ns/a")
+    paging.touch(home, a)
+    paging.unpin(home, "ns/a")
+    _evict(home, 0)
+    assert json.loads((home.root / "pins.json").read_text()) == {"pins": []}
+    assert (home.cache_dir / "paging" / "access.log").is_file()
+    assert (home.logs_dir / "evictions").is_file()

@@ -6,30 +6,35 @@ The library can be far larger than the disk kvreg may use: ``store.max-bytes``
 the store fits. An evicted object's ref stays; ``kvreg fsck`` reports the object as
 *evicted* (not as damage) and ``kvreg pull`` fetches it again.
 
-Files, all under ``$KVREG_HOME/paging/``:
+Files:
 
-- ``access.log``: append-only lines ``A <unix time> <64 hex>`` (an object was
-  read by a graft) and ``E <unix time> <64 hex>`` (it was evicted). Objects are
-  read-only files, so their last use is recorded here rather than in the files.
-  Each append is one ``write`` under ``.lock``; it is not fsynced, because a lost
-  line only makes the LRU order slightly less accurate. Readers skip any line that
-  does not parse (a crash mid-write leaves at most one such line). Eviction
-  rewrites the log compacted (one line per object) atomically, under the lock.
+- ``cache/paging/access.log``: append-only lines ``A <unix time> <64 hex>``: an
+  object was read by a graft. Objects are read-only files, so their last use is
+  recorded here rather than in the files. Each append is one ``write`` under
+  ``cache/paging/.lock``; it is not fsynced, because a lost line only makes the LRU
+  order slightly less accurate. Readers skip any line that does not parse (a crash
+  mid-write leaves at most one such line). It lives in ``cache/``: losing it loses
+  nothing but LRU history.
+- ``logs/evictions``: lines ``E <unix time> <64 hex>``, appended and fsynced by
+  eviction: what was evicted, so that ``fsck`` and ``graft`` can say "evicted, pull
+  again" rather than "missing". Eviction rewrites both logs compacted (one line per
+  object) atomically, under the lock.
 - ``pins.json``: ``{"pins": ["ns/name", "sha256:…"]}``, written atomically under
-  ``.lock``. Everything a pinned ref reaches (its manifest and every object the
+  the lock. Everything a pinned ref reaches (its manifest and every object the
   manifest names) is never evicted; the pin follows the ref when it moves.
-- ``leases/<random>.lease``: a process that reads objects (a graft) holds an
-  exclusive ``flock`` on such a file listing the digests it uses, one per line.
-  Eviction skips every digest of a lease whose lock is held, and removes lease
-  files whose holder is gone (the kernel releases a dead process's locks). The file
-  is written and locked under a temporary name, then renamed, so a lease is never
-  seen unlocked; ``leases/.lock`` (shared while a lease is taken, exclusive while
-  eviction decides and deletes) orders the two.
+- ``cache/paging/leases/<pid>-<random>.lease``: a process that reads objects (a
+  graft) holds an exclusive ``flock`` on such a file listing the digests it uses,
+  one per line. Eviction skips every digest of a lease whose lock is held, and
+  removes lease files whose holder is gone (the kernel releases a dead process's
+  locks). The file is written and locked under a temporary name, then renamed, so
+  a lease is never seen unlocked; ``leases/.lock`` (shared while a lease is taken,
+  exclusive while eviction decides and deletes) orders the two.
 
 What eviction may delete: objects referenced by the manifest of a ref that is not
 pinned. It never deletes manifests (a ref keeps saying what it is), envelopes, the
-objects of a pinned ref, of a live lease, or of an envelope younger than the gc
-grace period (a deposit or pull that has not moved its ref yet), and never an
+objects of a pinned ref, of a live lease, or of an envelope that no ref points at
+and that is younger than the gc grace period (a deposit or pull that has not moved
+its ref yet), and never an
 object no ref reaches (that is ``gc``'s job). The last use of an object is the
 later of its last ``A`` line and its file's mtime (when it was stored). It holds
 the refs lock, like ``gc``, so no ref moves while it decides.
@@ -50,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kvreg.core.atomicfile import atomic_write_bytes, fsync_dir
+from kvreg.core.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, NotFoundError, ObjectNotFoundError, StoreError, UsageError
 from kvreg.store import config
@@ -62,8 +67,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PAGING_DIR = "paging"
+PAGING_DIR = "paging"  # under cache/
 ACCESS_LOG = "access.log"
+EVICTION_LOG = "evictions"  # under logs/
 PINS_FILE = "pins.json"
 LEASES_DIR = "leases"
 LEASE_SUFFIX = ".lease"
@@ -71,7 +77,20 @@ _HEX = frozenset("0123456789abcdef")
 
 
 def paging_dir(home: Home) -> Path:
-    return home.root / PAGING_DIR
+    """``cache/paging/``: the access log and the leases (runtime state, never needed for integrity)."""
+    return home.cache_dir / PAGING_DIR
+
+
+def access_log_path(home: Home) -> Path:
+    return paging_dir(home) / ACCESS_LOG
+
+
+def eviction_log_path(home: Home) -> Path:
+    return home.logs_dir / EVICTION_LOG
+
+
+def pins_path(home: Home) -> Path:
+    return home.root / PINS_FILE
 
 
 @contextlib.contextmanager
@@ -89,7 +108,7 @@ def _flock(path: Path, how: int) -> Iterator[None]:
 
 
 def _lock(home: Home) -> contextlib.AbstractContextManager[None]:
-    """The exclusive lock on ``paging/.lock`` (access log appends and rewrites, pins)."""
+    """The exclusive lock on ``cache/paging/.lock`` (log appends and rewrites, pins)."""
     return _flock(paging_dir(home) / ".lock", fcntl.LOCK_EX)
 
 
@@ -111,7 +130,7 @@ def _line(kind: str, when: float, digest: Digest) -> bytes:
 def _append(home: Home, data: bytes) -> None:
     if not data:
         return
-    path = paging_dir(home) / ACCESS_LOG
+    path = access_log_path(home)
     with _lock(home):
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -132,12 +151,14 @@ def touch(home: Home, digests: Iterable[Digest], *, now: float | None = None) ->
 
 
 def read_access_log(home: Home) -> dict[str, AccessRecord]:
-    """hex → record, from ``access.log``; lines that do not parse (a torn write) are skipped."""
-    path = paging_dir(home) / ACCESS_LOG
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return {}
+    """hex → record, from the access log and the eviction log; lines that do not parse
+    (a torn write) are skipped."""
+    data = b""
+    for path in (access_log_path(home), eviction_log_path(home)):
+        try:
+            data += path.read_bytes() + b"\n"
+        except FileNotFoundError:
+            continue
     last: dict[str, float] = {}
     evicted: dict[str, float] = {}
     skipped = 0
@@ -157,7 +178,7 @@ def read_access_log(home: Home) -> dict[str, AccessRecord]:
         if when >= target.get(hex_, float("-inf")):
             target[hex_] = when
     if skipped:
-        log.debug("access log %s: skipped %d unreadable line(s)", path, skipped)
+        log.debug("access and eviction logs: skipped %d unreadable line(s)", skipped)
     return {
         h: AccessRecord(last.get(h), evicted.get(h) if evicted.get(h, 0) >= last.get(h, 0) else None)
         for h in last.keys() | evicted.keys()
@@ -201,16 +222,18 @@ def missing_object_error(
 
 
 def _compact(home: Home, present: set[str], records: dict[str, AccessRecord]) -> None:
-    """Rewrite the access log with one line per object (caller holds ``_lock``)."""
-    lines: list[bytes] = []
+    """Rewrite both logs with one line per object (caller holds ``_lock``)."""
+    used: list[bytes] = []
+    gone: list[bytes] = []
     for h in sorted(records):
         rec = records[h]
         if h in present and rec.last_access is not None:
-            lines.append(f"A {rec.last_access:.6f} {h}\n".encode("ascii"))
+            used.append(f"A {rec.last_access:.6f} {h}\n".encode("ascii"))
         elif h not in present and rec.evicted_at is not None:
-            lines.append(f"E {rec.evicted_at:.6f} {h}\n".encode("ascii"))
-    d = paging_dir(home)
-    atomic_write_bytes(d / ACCESS_LOG, b"".join(lines), mode=0o644, tmp_dir=d)
+            gone.append(f"E {rec.evicted_at:.6f} {h}\n".encode("ascii"))
+    home.tmp_dir.mkdir(parents=True, exist_ok=True)
+    for path, lines in ((access_log_path(home), used), (eviction_log_path(home), gone)):
+        atomic_write_bytes(path, b"".join(lines), mode=0o644, tmp_dir=home.tmp_dir)
 
 
 # --- pins --------------------------------------------------------------------------------
@@ -227,7 +250,7 @@ def _normalize_pin(target: str) -> str:
 
 def pins(home: Home) -> list[str]:
     """The pinned refs and digests, sorted."""
-    path = paging_dir(home) / PINS_FILE
+    path = pins_path(home)
     try:
         doc = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
@@ -244,9 +267,9 @@ def pins(home: Home) -> list[str]:
 
 
 def _write_pins(home: Home, items: Iterable[str]) -> None:
-    d = paging_dir(home)
     body = json.dumps({"pins": sorted(set(items))}, indent=2) + "\n"
-    atomic_write_bytes(d / PINS_FILE, body.encode("utf-8"), mode=0o644, tmp_dir=d)
+    home.tmp_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(pins_path(home), body.encode("utf-8"), mode=0o644, tmp_dir=home.tmp_dir)
 
 
 def pin(home: Home, target: str) -> bool:
@@ -457,6 +480,7 @@ def evict(
         protected_pin: set[str] = set()
         protected_other: set[str] = set()
         candidates: set[str] = set()
+        ref_manifests = {e.digest.hex for e in entries}
         for e in entries:
             kids = _children_of(home, e.digest, children, f"ref {e.ref}")
             protected_other.add(e.digest.hex)  # manifests stay
@@ -474,7 +498,7 @@ def evict(
                 fresh = home.envelopes.stat(md).st_mtime >= cutoff
             except ObjectNotFoundError:
                 continue
-            if fresh:  # a deposit or pull in progress
+            if fresh and md.hex not in ref_manifests:  # a deposit or pull that has not moved its ref yet
                 protected_other.update(k.hex for k in _children_of(home, md, children, f"envelope {md}"))
         leased = _leased(home)
 
@@ -517,12 +541,7 @@ def evict(
                 with contextlib.suppress(OSError):
                     fsync_dir(sd)
             with _lock(home):
-                log_path = paging_dir(home) / ACCESS_LOG
-                fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, b"".join(evicted_lines))
-                finally:
-                    os.close(fd)
+                append_durable(eviction_log_path(home), b"".join(evicted_lines))
                 gone = {x["digest"][7:] for x in report.evicted}
                 try:
                     _compact(home, set(sizes) - gone, read_access_log(home))
