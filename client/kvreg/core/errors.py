@@ -208,6 +208,21 @@ class TokenMismatchError(KvregError):
     code = "TOKENS_MISMATCH"
 
 
+class RouteMismatchError(TokenMismatchError):
+    """The router refused an artifact: its tokens are not the prompt's (a misrouted artifact).
+
+    The request falls back to plain generation; ``details['first_difference']`` is the
+    first position where they differ."""
+
+    code = "ROUTE_MISMATCH"
+
+
+class UnverifiedArtifactError(KvregError):
+    """Knowledge routing needs an artifact whose signed verification verdict is ``pass``."""
+
+    code = "ARTIFACT_UNVERIFIED"
+
+
 class StoreError(KvregError):
     """The local store is damaged or cannot be written."""
 

@@ -72,6 +72,7 @@ from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, ru
 from kvreg.remote.staging import Staging
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
+from kvreg.store.route_index import index_artifact
 
 log = logging.getLogger(__name__)
 
@@ -421,6 +422,7 @@ def pull(
             raise
         staging.discard()  # everything is in the store now
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
+    index_artifact(home, manifest)  # for the router; best effort (kvreg.store.route_index)
 
     log.info("pulled %s as %s (%s)", ref, dest, digest)
     return PullReport(

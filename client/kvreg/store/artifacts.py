@@ -25,6 +25,7 @@ from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
+from kvreg.store.route_index import index_artifact
 
 ANY_NAMESPACE = "*"
 # The namespace named in errors about an artifact reached by a digest that no ref names.
@@ -144,4 +145,5 @@ def store_artifact(
     home.envelopes.put(manifest.digest, envelope.to_json_bytes())
     if ref is not None:
         home.refs.set(ref, manifest.digest, expected=expected)
+    index_artifact(home, manifest)  # for the router; best effort
     return report
