@@ -20,7 +20,21 @@ from typing import Annotated
 import typer
 
 import kvreg
-from kvreg.cli import audit, demo, deposit, graft, inspect, keys, maintenance, output, remote, serve, trust
+from kvreg.cli import (
+    audit,
+    config,
+    demo,
+    deposit,
+    graft,
+    inspect,
+    keys,
+    maintenance,
+    output,
+    paging,
+    remote,
+    serve,
+    trust,
+)
 
 HELP = (
     "kvreg: a content-addressed, git-like registry for LLM KV-cache states, "
@@ -96,6 +110,8 @@ def build_app() -> typer.Typer:
     graft.register(app)
     inspect.register(app)
     maintenance.register(app)
+    paging.register(app)
+    config.register(app)
     remote.register(app)
     audit.register(app)
     serve.register(app)

@@ -3,7 +3,9 @@
 ``fsck`` re-hashes every object, moves damaged ones to ``quarantine/`` (unless
 ``--no-quarantine``) and checks refs, envelopes and manifests; it exits 3 when it
 finds a problem. ``gc`` deletes what no ref reaches and is older than the grace
-period (``kvreg.store.gc``).
+period (``kvreg.store.gc``); with ``--evict`` it then evicts least recently used
+unpinned objects until the store fits ``store.max-bytes`` (``kvreg.store.paging``).
+Objects evicted that way are listed by ``fsck`` as evicted, not as problems.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.paging import render_evict
 from kvreg.core.errors import IntegrityError, UsageError
+from kvreg.store import paging
 from kvreg.store.fsck import fsck
 from kvreg.store.gc import DEFAULT_GRACE_SECONDS, collect_garbage
 
@@ -48,6 +52,11 @@ def fsck_cmd(
             f"checked {report.objects_checked} objects ({report.bytes_hashed} bytes hashed) "
             f"in {escape(str(home.root))}"
         )
+        if report.evicted:
+            console.print(
+                f"{len(report.evicted)} object(s) evicted under the store's size budget "
+                "(not damage; pull the artifacts again to restore them)"
+            )
         if report.ok:
             console.print("[green]no problems[/green]")
             return
@@ -69,6 +78,12 @@ def gc_cmd(
         typer.Option("--grace", metavar="SECONDS", help="Keep unreferenced files younger than this."),
     ] = DEFAULT_GRACE_SECONDS,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    evict: Annotated[
+        bool,
+        typer.Option(
+            "--evict", help="Then evict least recently used unpinned objects down to store.max-bytes."
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Remove objects and envelopes that no ref reaches (older than the grace period)."""
@@ -78,6 +93,7 @@ def gc_cmd(
     home = common.home(ctx)
     report = collect_garbage(home, grace_seconds=grace, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
+    evicted = paging.evict(home, dry_run=dry_run, grace_seconds=grace) if evict else None
 
     def render(console: Console) -> None:
         console.print(
@@ -85,8 +101,13 @@ def gc_cmd(
             f"{len(report.removed_temp)} temp files: {report.bytes_freed} bytes "
             f"({report.kept_reachable} reachable kept, {report.kept_fresh} kept within the grace period)"
         )
+        if evicted is not None:
+            render_evict(evicted, console)
 
-    out.result(report.to_dict(), render)
+    data = report.to_dict()
+    if evicted is not None:
+        data["eviction"] = evicted.to_dict()
+    out.result(data, render)
 
 
 def register(app: typer.Typer) -> None:

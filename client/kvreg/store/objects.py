@@ -358,6 +358,15 @@ class ObjectStore:
             log.debug("stored object %s", digest)
         return new
 
-    @staticmethod
-    def _not_found(digest: Digest) -> ObjectNotFoundError:
+    def _not_found(self, digest: Digest) -> ObjectNotFoundError:
+        """ "Not in the store", or, if disk paging evicted it, "evicted, pull again"."""
+        try:
+            from kvreg.store.paging import evicted_error_at  # lazy: paging builds on this module
+
+            evicted = evicted_error_at(self.root, digest)
+        except (OSError, ValueError) as exc:  # the eviction log only improves the message
+            log.debug("cannot read the eviction log: %s", exc)
+            evicted = None
+        if evicted is not None:
+            return evicted
         return ObjectNotFoundError(f"object {digest} is not in the local store", digest=str(digest))

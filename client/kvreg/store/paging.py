@@ -186,7 +186,7 @@ def read_access_log(home: Home) -> dict[str, AccessRecord]:
 
 
 def eviction_time(home: Home, digest: Digest) -> float | None:
-    """When ``digest`` was evicted, if the access log says it was (and it was not read since)."""
+    """When ``digest`` was evicted, if the logs say it was (and it was not read since)."""
     try:
         rec = read_access_log(home).get(Digest(digest).hex)
     except OSError:
@@ -198,21 +198,39 @@ def format_time(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def evicted_error(
+    home: Home, digest: Digest, what: str, *, ref: str | None = None
+) -> ObjectNotFoundError | None:
+    """The "evicted, pull again" error for an object eviction removed, or None if it was not evicted."""
+    when = eviction_time(home, digest)
+    if when is None:
+        return None
+    again = f"kvreg pull REMOTE {ref}" if ref else "kvreg pull REMOTE REF"
+    return ObjectNotFoundError(
+        f"{what} ({Digest(digest).short()}) was evicted from the local store at {format_time(when)} "
+        f"to keep it under {config.MAX_BYTES_KEY}",
+        hint=f"pull the artifact again: {again} (and 'kvreg pin' it to keep it)",
+        digest=str(digest),
+        evicted=True,
+    )
+
+
+def evicted_error_at(root: str | os.PathLike[str], digest: Digest) -> ObjectNotFoundError | None:
+    """:func:`evicted_error` for the store at ``root`` (``ObjectStore`` knows only its root)."""
+    from kvreg.store.home import Home
+
+    return evicted_error(Home(root), digest, f"object {Digest(digest)}")
+
+
 def missing_object_error(
     home: Home, digest: Digest, what: str, *, ref: str | None = None
 ) -> ObjectNotFoundError:
     """The error for an object a read needs and the store lacks: says whether it was evicted
     and how to get it back. Exit 1, not the integrity failure a wrong byte is."""
-    when = eviction_time(home, digest)
+    found = evicted_error(home, digest, what, ref=ref)
+    if found is not None:
+        return found
     again = f"kvreg pull REMOTE {ref}" if ref else "kvreg pull REMOTE REF"
-    if when is not None:
-        return ObjectNotFoundError(
-            f"{what} ({Digest(digest).short()}) was evicted from the local store at {format_time(when)} "
-            f"to keep it under {config.MAX_BYTES_KEY}",
-            hint=f"pull the artifact again: {again} (and pin it with 'kvreg pin' to keep it)",
-            digest=str(digest),
-            evicted=True,
-        )
     return ObjectNotFoundError(
         f"{what} ({Digest(digest).short()}) is not in the local store",
         hint=f"pull the artifact again: {again}; run 'kvreg fsck' to check the store",
@@ -484,10 +502,9 @@ def evict(
         for e in entries:
             kids = _children_of(home, e.digest, children, f"ref {e.ref}")
             protected_other.add(e.digest.hex)  # manifests stay
+            candidates.update(k.hex for k in kids)
             if str(e.ref) in pinned or str(e.digest) in pinned:
                 protected_pin.update(k.hex for k in kids)
-            else:
-                candidates.update(k.hex for k in kids)
         for p in pinned:
             if p.startswith("sha256:"):
                 protected_other.add(Digest(p).hex)

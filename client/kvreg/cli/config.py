@@ -1,0 +1,86 @@
+"""``kvreg config get | set | unset | list``: settings in ``$KVREG_HOME/config.json``.
+
+Known keys (``kvreg.store.config.KEYS``): ``store.max-bytes`` (the local store's
+size budget: ``20GiB``, ``500MB``, a byte count, or ``none``) and
+``receipts.always`` (a remote that gets a graft receipt after every graft). Other
+parts of ``config.json`` (remotes) are kept as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvreg.cli import common, output
+from kvreg.store import config
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="A setting, e.g. store.max-bytes.")]
+
+
+def _entry(name: str, value: Any) -> dict[str, Any]:
+    return {"key": name, "value": value, "display": config.KEYS[name].show(value)}
+
+
+def get_cmd(ctx: typer.Context, key: KeyArg, json_output: JsonOpt = False) -> None:
+    """Print the value of KEY ('none' when it is not set)."""
+    out = output.get(ctx, json_output)
+    name = config.key(key).name
+    value = config.get(common.home(ctx), name)
+    data = _entry(name, value)
+    out.result(data, lambda c: c.print(escape("none" if value is None else str(value))))
+
+
+def set_cmd(
+    ctx: typer.Context,
+    key: KeyArg,
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="The new value ('none' removes it).")],
+    json_output: JsonOpt = False,
+) -> None:
+    """Set KEY to VALUE, e.g. kvreg config set store.max-bytes 20GiB."""
+    out = output.get(ctx, json_output)
+    name = config.key(key).name
+    stored = config.set_text(common.home(ctx), name, value)
+    data = _entry(name, stored)
+    out.result(data, lambda c: c.print(f"{escape(name)} = {escape(data['display'])}"))
+
+
+def unset_cmd(ctx: typer.Context, key: KeyArg, json_output: JsonOpt = False) -> None:
+    """Remove KEY (its default applies again)."""
+    out = output.get(ctx, json_output)
+    name = config.key(key).name
+    was = config.unset(common.home(ctx), name)
+    out.result(
+        {"key": name, "removed": was},
+        lambda c: c.print(f"{escape(name)} unset" if was else f"{escape(name)} was not set"),
+    )
+
+
+def list_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+    """List every known key with its value and meaning."""
+    out = output.get(ctx, json_output)
+    home = common.home(ctx)
+    rows = [{**_entry(n, config.get(home, n)), "help": config.KEYS[n].help} for n in sorted(config.KEYS)]
+
+    def render(console: Console) -> None:
+        table = Table(title=f"configuration {escape(str(home.config_path))}")
+        for col in ("key", "value", "meaning"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(escape(r["key"]), escape(r["display"]), escape(r["help"]))
+        console.print(table)
+
+    out.result({"config": rows}, render)
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Settings of the local store ($KVREG_HOME/config.json).", no_args_is_help=True)
+    group.command("get")(get_cmd)
+    group.command("set")(set_cmd)
+    group.command("unset")(unset_cmd)
+    group.command("list")(list_cmd)
+    app.add_typer(group, name="config")
