@@ -252,3 +252,21 @@ def test_artifact_of_another_model_or_config_is_refused(
         routed = generate(llama, home, question, mode=mode, artifact="kb/foreign", max_new_tokens=8)
         assert routed.fallback
         _assert_same_run(routed.decoded, plain_generate(llama, question, 8))
+
+
+def test_index_is_safe_under_concurrent_writers(llama: LoadedModel, home: Home, key: SigningKey) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    manifest = _deposit(llama, home, key, "aime25/p07")
+    index_path(home).unlink()
+
+    def sync_and_add(_: int) -> int:
+        with RouteIndex(home) as index:  # one connection each, as separate processes have
+            index.sync()
+            index.add(manifest)
+            return len(index.lookup([manifest.chunks[-1].block_key]))
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert list(pool.map(sync_and_add, range(12))) == [1] * 12
+    with RouteIndex(home) as index:
+        assert [m.digest for m in index.all()] == [manifest.digest]

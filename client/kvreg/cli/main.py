@@ -32,6 +32,7 @@ from kvreg.cli import (
     output,
     paging,
     remote,
+    route,
     serve,
     trust,
 )
@@ -108,6 +109,7 @@ def build_app() -> typer.Typer:
     trust.register(app)
     deposit.register(app)
     graft.register(app)
+    route.register(app)
     inspect.register(app)
     maintenance.register(app)
     paging.register(app)

@@ -1,0 +1,146 @@
+"""``kvreg route``: which stored state would be grafted for a prompt, and why.
+
+It loads MODEL under the engine options given (the same options as ``deposit``:
+the artifacts it can find are those computed under the same config, block size
+included), tokenizes the prompt as ``graft --prompt-file`` does, and asks the
+router (``kvreg.engine.route``) for a plan in ``--mode prefix`` (the longest
+block-aligned shared prefix; the rest prefilled) or ``--mode knowledge`` (a
+verified, trusted artifact that begins with the prompt, grafted whole).
+``--artifact REF`` forces one artifact: it is checked like any other (signature,
+fingerprints, every token) and refused if it does not fit.
+
+The plan is printed, with ``"fallback": true`` and the reason when nothing would
+be grafted (the request would run with no cache): that is an answer, not a
+failure, so the exit status is 0. ``--reindex`` rebuilds the route index from
+the store first (and is all the command does without ``--model``). Nothing is
+grafted or decoded here.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvreg.cli import common, output
+from kvreg.cli.engine_options import (
+    AttnOpt,
+    BlockSizeOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EngineChoice,
+    ProfileOpt,
+    ThreadsOpt,
+    load_engine,
+    settings_for_new,
+)
+from kvreg.core.errors import UsageError
+
+
+class RouteMode(enum.StrEnum):
+    prefix = "prefix"
+    knowledge = "knowledge"
+
+
+def route_cmd(
+    ctx: typer.Context,
+    model: Annotated[
+        Path | None, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
+    ] = None,
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")
+    ] = None,
+    mode: Annotated[
+        RouteMode,
+        typer.Option(
+            "--mode",
+            help="prefix: longest shared block-aligned prefix (output as with no cache); "
+            "knowledge: a verified, trusted artifact that begins with the prompt, grafted whole.",
+        ),
+    ] = RouteMode.prefix,
+    artifact: Annotated[
+        str | None,
+        typer.Option(
+            "--artifact", metavar="REF", help="Route to this artifact (NS/NAME or sha256:…), checked."
+        ),
+    ] = None,
+    reindex: Annotated[
+        bool, typer.Option("--reindex", help="Rebuild the route index from the store first.")
+    ] = False,
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    profile: ProfileOpt = None,
+    device: DeviceOpt = None,
+    block_size: BlockSizeOpt = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+) -> None:
+    """Show which stored KV state the router would graft for a prompt (or none, and why)."""
+    out = output.get(ctx, json_output)
+    if model is None and not reindex:
+        raise UsageError("give --model MODEL --prompt-file FILE (or --reindex)")
+    if (model is None) != (prompt_file is None):
+        raise UsageError("--model and --prompt-file go together")
+    home = common.home(ctx)
+    data: dict[str, Any] = {}
+    if reindex:
+        from kvreg.store.route_index import RouteIndex
+
+        with out.status("rebuilding the route index"), RouteIndex(home) as index:
+            data["reindexed"] = index.rebuild().to_dict()
+    if model is None or prompt_file is None:
+        out.result(data, lambda console: _render_index(console, data["reindexed"]))
+        return
+    prompt_text = common.read_text_file(prompt_file, what="prompt file")
+    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
+    lm, _ = load_engine(out, model, fields, home)
+    from kvreg.engine.route import route
+
+    prompt = lm.encode(prompt_text, first=True)
+    with out.status(f"routing {len(prompt)} prompt tokens ({mode})"):
+        plan = route(home, lm, prompt, str(mode), artifact=artifact)
+    data.update(plan.to_dict())
+    data["config_fingerprint"] = str(lm.config.fingerprint)
+    data["model_fingerprint"] = str(lm.model_fp)
+
+    def render(console: Console) -> None:
+        if "reindexed" in data:
+            _render_index(console, data["reindexed"])
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("mode", str(mode))
+        art = data["artifact"]
+        if art is None:
+            table.add_row("artifact", "[yellow]none[/yellow]: " + escape(str(data["reason"])))
+            table.add_row("fallback", f"plain generation, {data['prompt_tokens']} tokens prefilled")
+        else:
+            table.add_row("artifact", f"{escape(art['ref'] or '-')} {art['manifest_digest']}")
+            table.add_row("verdict", escape(str(art["verdict"])))
+            table.add_row(
+                "graft",
+                f"{data['blocks']} block{'s' if data['blocks'] != 1 else ''}, {data['graft_tokens']} tokens"
+                + (" (the whole artifact)" if data["whole_artifact"] else ""),
+            )
+            table.add_row("prefill", f"{data['prefill_tokens']} of {data['prompt_tokens']} prompt tokens")
+        for s in data["skipped"]:
+            table.add_row("passed over", f"{escape(s['ref'] or s['manifest_digest'])}: {escape(s['reason'])}")
+        console.print(table)
+
+    out.result(data, render)
+
+
+def _render_index(console: Console, report: dict[str, int]) -> None:
+    console.print(
+        f"route index rebuilt: {report['manifests']} artifacts, {report['blocks']} blocks"
+        + (f", {report['skipped']} unreadable manifests skipped" if report["skipped"] else "")
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("route")(route_cmd)
