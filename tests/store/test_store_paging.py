@@ -114,6 +114,7 @@ def test_access_log_tolerates_torn_lines(home):
     paging.touch(home, [a], now=400.0)
     with log_path.open("ab") as f:
         f.write(b"garbage\n\xff\xfe\nA notanumber " + a.hex.encode() + b"\n")
+        f.write(b"A inf " + a.hex.encode() + b"\nA nan " + a.hex.encode() + b"\n")
     records = paging.read_access_log(home)
     assert records[a.hex].last_access == 400.0
     assert b.hex not in records  # its line was glued to the torn one

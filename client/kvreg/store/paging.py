@@ -47,6 +47,7 @@ import enum
 import fcntl
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -169,7 +170,13 @@ def read_access_log(home: Home) -> dict[str, AccessRecord]:
         try:
             kind, when_text, hex_ = parts[0].decode("ascii"), parts[1], parts[2].decode("ascii")
             when = float(when_text)
-            if len(parts) != 3 or kind not in ("A", "E") or len(hex_) != 64 or not _HEX.issuperset(hex_):
+            if (
+                len(parts) != 3
+                or kind not in ("A", "E")
+                or not math.isfinite(when)
+                or len(hex_) != 64
+                or not _HEX.issuperset(hex_)
+            ):
                 raise ValueError(raw)
         except (IndexError, ValueError, UnicodeDecodeError):
             skipped += 1
