@@ -64,6 +64,21 @@ def test_prefix_graft_then_new_suffix_is_byte_exact(llama: LoadedModel, home: Ho
     assert check.check_graft(llama, outcome.plan, decoded).byte_exact
 
 
+def test_a_block_graft_that_ends_the_prompt_without_the_probe_is_byte_exact(
+    llama: LoadedModel, home: Home, key: SigningKey
+) -> None:
+    """The witness is for the artifact's end; for a prompt that ends on a grafted block
+    boundary inside the artifact, the next-token logits come from recomputing that block."""
+    _deposit(llama, home, key)
+    artifact = open_artifact(home, str(REF))
+    tokens = read_tokens(home, artifact.manifest)
+    assert len(tokens) > 32
+    outcome = graft.graft(llama, home, artifact.manifest, tokens, tokens[:32], blocks=2, probe=False)
+    assert outcome.plan.graft_tokens == 32 and outcome.plan.prefill_tokens == 0 and not outcome.plan.whole
+    decoded = graft.continue_decoding(llama, outcome, 16)
+    assert check.check_graft(llama, outcome.plan, decoded).byte_exact
+
+
 def test_graft_at_the_artifact_end_off_grid_then_suffix(
     llama: LoadedModel, home: Home, key: SigningKey
 ) -> None:

@@ -321,7 +321,12 @@ def graft(
     # a lease keeps eviction off them while they are mapped, and the access log records
     # the use for the store's LRU order.
     needed = [manifest.digest, manifest.tokens.digest, *(c.digest for c in manifest.chunks[: plan.chunks])]
-    if not probe and plan.graft_tokens == len(plan.prompt):
+    ends_prompt = plan.graft_tokens == len(plan.prompt)
+    # The witness holds the next-token logits after the artifact's *last* token. When a
+    # graft of some blocks covers the whole prompt but not the whole artifact, the only way
+    # to the next-token logits is to recompute the last grafted block: the probe does that.
+    probe = probe or (ends_prompt and not plan.whole)
+    if not probe and ends_prompt:
         needed.append(manifest.witness.logits_digest)
     with paging.lease(home, needed):
         t0 = time.perf_counter()
@@ -332,11 +337,11 @@ def graft(
         logits: torch.Tensor | None = None
         if probe:
             cache, probe_logits, probe_result = _probe(lm, manifest, chunks, plan)
-            if plan.graft_tokens == len(plan.prompt):
+            if ends_prompt:
                 logits = probe_logits
         else:
             cache = cache_from_blocks(lm, chunks.keys, chunks.values, plan.graft_tokens)
-            if plan.graft_tokens == len(plan.prompt):
+            if ends_prompt:
                 try:
                     logits = read_witness_logits(home, manifest).to(lm.device)
                 except ObjectNotFoundError:
