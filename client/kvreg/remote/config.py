@@ -29,21 +29,17 @@ building a client for a named remote with :func:`connect`.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
 import logging
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from kvreg.core.atomicfile import atomic_write_bytes
-from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, StoreError, UsageError
+from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from kvreg.store import jsonfile
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
@@ -72,7 +68,6 @@ API_PREFIX = "/api/v1"
 _REMOTE_NAME_RE = re.compile(REMOTE_NAME_PATTERN, re.ASCII)
 # Header-safe token characters (RFC 6750 b64token); kvreg tokens are ``kvreg_<43 chars>``.
 _TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{1,1024}=*", re.ASCII)
-_MAX_FILE_BYTES = 1024 * 1024
 _CONFIG_MODE = 0o644
 _CREDENTIALS_MODE = 0o600
 
@@ -176,54 +171,6 @@ class RemoteAuth:
 # --- files ------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _locked(home: Home, name: str) -> Iterator[None]:
-    """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
-    try:
-        home.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(home.root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as e:
-        raise ConfigError(f"cannot lock {home.root / name}: {e.strerror or e}") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _read_json_object(path: Path, what: str) -> dict[str, Any]:
-    try:
-        with path.open("rb") as f:
-            data = f.read(_MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
-    if len(data) > _MAX_FILE_BYTES:
-        raise ConfigError(f"{what} {path} is larger than {_MAX_FILE_BYTES} bytes")
-    if not data.strip():
-        return {}
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        # ``e`` may quote the file's text; for the credentials file that could be a token.
-        raise ConfigError(f"{what} {path} is not valid JSON", hint=f"fix or remove {path}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{what} {path} must hold a JSON object", hint=f"fix or remove {path}")
-    return doc
-
-
-def _write_json_object(path: Path, doc: Mapping[str, Any], *, mode: int, what: str) -> None:
-    data = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    try:
-        atomic_write_bytes(path, data, mode=mode)
-    except StoreError as e:
-        raise ConfigError(f"cannot write {what} {path}: {e.message}") from e
-
-
 class RemoteConfig:
     """The ``remotes`` section of ``$KVREG_HOME/config.json``."""
 
@@ -254,13 +201,13 @@ class RemoteConfig:
 
     def list(self) -> list[Remote]:
         """Every configured remote, sorted by name."""
-        remotes = self._remotes(_read_json_object(self.path, "config"))
+        remotes = self._remotes(jsonfile.read_object(self.path, "config"))
         return [self._parse(name, remotes[name]) for name in sorted(remotes)]
 
     def get(self, name: str) -> Remote:
         """The remote ``name``; ``NotFoundError`` (with the command that adds it) if unknown."""
         validate_remote_name(name)
-        remotes = self._remotes(_read_json_object(self.path, "config"))
+        remotes = self._remotes(jsonfile.read_object(self.path, "config"))
         if name not in remotes:
             known = ", ".join(sorted(remotes)) or "none"
             raise NotFoundError(
@@ -274,8 +221,8 @@ class RemoteConfig:
         """Add (with ``replace``: change) a remote; ``AlreadyExistsError`` if it exists with another URL."""
         validate_remote_name(name)
         remote = Remote(name, normalize_url(url))
-        with _locked(self.home, "config"):
-            doc = _read_json_object(self.path, "config")
+        with jsonfile.locked(self.home, "config"):
+            doc = jsonfile.read_object(self.path, "config")
             remotes = self._remotes(doc)
             current = remotes.get(name)
             if current is not None and not replace:
@@ -291,21 +238,21 @@ class RemoteConfig:
             entry["url"] = remote.url
             remotes[name] = entry
             doc["remotes"] = remotes
-            _write_json_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+            jsonfile.write_object(self.path, doc, mode=_CONFIG_MODE, what="config")
         log.info("remote %s -> %s", name, remote.url)
         return remote
 
     def remove(self, name: str) -> Remote:
         """Remove a remote (``NotFoundError`` if unknown); its stored token goes too."""
         validate_remote_name(name)
-        with _locked(self.home, "config"):
-            doc = _read_json_object(self.path, "config")
+        with jsonfile.locked(self.home, "config"):
+            doc = jsonfile.read_object(self.path, "config")
             remotes = self._remotes(doc)
             if name not in remotes:
                 raise NotFoundError(f"no remote named {name!r}", remote=name)
             remote = self._parse(name, remotes.pop(name))
             doc["remotes"] = remotes
-            _write_json_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+            jsonfile.write_object(self.path, doc, mode=_CONFIG_MODE, what="config")
         Credentials(self.home).remove(name)
         log.info("removed remote %s", name)
         return remote
@@ -339,7 +286,7 @@ class Credentials:
 
     def _load(self) -> dict[str, Any]:
         self._check_mode()
-        return _read_json_object(self.path, "credentials file")
+        return jsonfile.read_object(self.path, "credentials file")
 
     def stored_token(self, name: str) -> str | None:
         """The token saved for ``name`` by ``kvreg login``, or None."""
@@ -374,21 +321,21 @@ class Credentials:
         """Store ``token`` for ``name`` (replacing any other); the file is written with mode 0600."""
         validate_remote_name(name)
         value = validate_token(token)
-        with _locked(self.home, "credentials"):
+        with jsonfile.locked(self.home, "credentials"):
             doc = self._load()
             doc[name] = {"token": value}
-            _write_json_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
+            jsonfile.write_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
         log.info("stored a token for remote %s", name)
 
     def remove(self, name: str) -> bool:
         """Forget the token of ``name``; True if there was one."""
         validate_remote_name(name)
-        with _locked(self.home, "credentials"):
+        with jsonfile.locked(self.home, "credentials"):
             doc = self._load()
             if name not in doc:
                 return False
             del doc[name]
-            _write_json_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
+            jsonfile.write_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
         log.info("removed the token of remote %s", name)
         return True
 

@@ -34,7 +34,8 @@ from kvreg.core.errors import ConfigError, KvregError, RemoteError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import validate_namespace
 from kvreg.core.receipt import Receipt, format_time
-from kvreg.remote.config import _read_json_object, validate_remote_name
+from kvreg.remote.config import validate_remote_name
+from kvreg.store import jsonfile
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ CONFIG_SECTION = "receipts"
 def configured_remote(home: Home) -> str | None:
     """The remote named by ``receipts.always`` in ``config.json``, or None."""
     path = home.config_path
-    section = _read_json_object(path, "config").get(CONFIG_SECTION)
+    section = jsonfile.read_object(path, "config").get(CONFIG_SECTION)
     if section is None:
         return None
     if not isinstance(section, dict):

@@ -18,24 +18,20 @@ user types into the JSON value stored, and a formatter for display. Sizes accept
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import math
-import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvreg.core.atomicfile import atomic_write_bytes
-from kvreg.core.errors import ConfigError, StoreError, UsageError
+from kvreg.core.errors import ConfigError, UsageError
+from kvreg.store import jsonfile
 
 if TYPE_CHECKING:
     from kvreg.store.home import Home
 
 MAX_BYTES_KEY = "store.max-bytes"
-_MAX_FILE_BYTES = 1024 * 1024
 _CONFIG_MODE = 0o644
 
 _UNITS = {
@@ -153,53 +149,18 @@ def key(name: str) -> Key:
 # --- the file ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def locked(home: Home) -> Iterator[None]:
+def locked(home: Home) -> contextlib.AbstractContextManager[None]:
     """Exclusive lock on ``$KVREG_HOME/.config.lock`` (shared with ``kvreg.remote.config``)."""
-    try:
-        home.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(home.root / ".config.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as e:
-        raise ConfigError(f"cannot lock {home.config_path}: {e.strerror or e}") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    return jsonfile.locked(home, "config")
 
 
 def read_document(path: Path) -> dict[str, Any]:
     """The whole ``config.json`` (``{}`` when it does not exist); ``ConfigError`` if invalid."""
-    try:
-        with path.open("rb") as f:
-            data = f.read(_MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from e
-    if len(data) > _MAX_FILE_BYTES:
-        raise ConfigError(f"config {path} is larger than {_MAX_FILE_BYTES} bytes")
-    if not data.strip():
-        return {}
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"config {path} is not valid JSON: {e}", hint=f"fix or remove {path}") from e
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config {path} must hold a JSON object", hint=f"fix or remove {path}")
-    return doc
+    return jsonfile.read_object(path, "config")
 
 
 def _write_document(path: Path, doc: dict[str, Any], tmp_dir: Path) -> None:
-    data = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    try:
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, data, mode=_CONFIG_MODE, tmp_dir=tmp_dir)
-    except (OSError, StoreError) as e:
-        raise ConfigError(f"cannot write config {path}: {e}") from e
+    jsonfile.write_object(path, doc, mode=_CONFIG_MODE, what="config", tmp_dir=tmp_dir)
 
 
 def _split(name: str) -> tuple[str, str]:

@@ -1,0 +1,77 @@
+"""Small JSON documents in ``$KVREG_HOME`` (``config.json``, ``credentials.json``): a lock file
+around read-modify-write, a bounded read that refuses anything but a JSON object, and an
+atomic write. Shared by ``kvreg.store.config`` and ``kvreg.remote.config``, which own the
+documents' contents; this module knows nothing of their keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvreg.core.atomicfile import atomic_write_bytes
+from kvreg.core.errors import ConfigError, StoreError
+
+if TYPE_CHECKING:
+    from kvreg.store.home import Home
+
+MAX_FILE_BYTES = 1024 * 1024
+
+
+@contextlib.contextmanager
+def locked(home: Home, name: str) -> Iterator[None]:
+    """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
+    try:
+        home.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(home.root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise ConfigError(f"cannot lock {home.root / name}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def read_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``{}`` when absent or empty); ``ConfigError`` otherwise."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from e
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
+    if not data.strip():
+        return {}
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        # ``e`` may quote the file's text; for the credentials file that could be a token.
+        raise ConfigError(f"{what} {path} is not valid JSON", hint=f"fix or remove {path}") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{what} {path} must hold a JSON object", hint=f"fix or remove {path}")
+    return doc
+
+
+def write_object(
+    path: Path, doc: Mapping[str, Any], *, mode: int, what: str, tmp_dir: Path | None = None
+) -> None:
+    """Write ``doc`` as indented, sorted JSON, atomically, with ``mode``."""
+    data = (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        if tmp_dir is not None:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data, mode=mode, tmp_dir=tmp_dir)
+    except (OSError, StoreError) as e:
+        raise ConfigError(f"cannot write {what} {path}: {e}") from e
