@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import NotFoundError, UsageError
 from kvreg.remote.auditexport import (
     compare_with_export,
@@ -39,8 +40,6 @@ from kvreg.remote.auditexport import (
 )
 from kvreg.remote.auditlog import RemoteLogStore, contact, parse_log_key
 from kvreg.remote.config import validate_remote_name
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
 def _types_table(console: Console, types: dict[str, int]) -> None:

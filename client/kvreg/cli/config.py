@@ -16,9 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.store import config
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="A setting, e.g. store.max-bytes.")]
 
 

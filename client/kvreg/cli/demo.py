@@ -23,6 +23,7 @@ from rich.table import Table
 
 from kvreg.cli import output
 from kvreg.cli.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE, quiet_libraries
+from kvreg.cli.output import JsonOpt
 from kvreg.cli.reexec import prepare_numerics
 from kvreg.core.errors import NotByteExactError, UsageError
 
@@ -209,7 +210,7 @@ def demo_cmd(
         bool,
         typer.Option("--no-registry", help="Leave out the registry act (kvreg serve, push, pull, graft)."),
     ] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+    json_output: JsonOpt = False,
 ) -> None:
     """Run the whole story on a small built-in model: deposit, dedupe, graft, check, refuse, share.
 

@@ -29,6 +29,7 @@ from kvreg.cli.engine_options import (
     load_engine,
     settings_for_new,
 )
+from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
@@ -103,7 +104,7 @@ def deposit_cmd(
     profile: ProfileOpt = None,
     device: DeviceOpt = None,
     block_size: BlockSizeOpt = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+    json_output: JsonOpt = False,
 ) -> None:
     """Deposit the KV state of a text: compute, sign and store it under NS/NAME."""
     out = output.get(ctx, json_output)

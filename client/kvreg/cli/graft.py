@@ -46,6 +46,7 @@ from kvreg.cli.engine_options import (
     load_engine,
     settings_for_recorded,
 )
+from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import (
     DigestMismatchError,
     IntegrityError,
@@ -59,7 +60,6 @@ from kvreg.core.errors import (
 )
 from kvreg.store.artifacts import Artifact, read_tokens
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
 

@@ -17,13 +17,13 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
 from kvreg.store.artifacts import resolve
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 _TEXT_PREVIEW = 600
 
 

@@ -16,12 +16,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import KeyFileError
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import WILDCARD, TrustPolicy
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 NameOpt = Annotated[str, typer.Option("--name", "-n", help="Key name (a file name under keys/).")]
 
 

@@ -18,13 +18,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.cli.paging import render_evict
 from kvreg.core.errors import IntegrityError, UsageError
 from kvreg.store import paging
 from kvreg.store.fsck import fsck
 from kvreg.store.gc import DEFAULT_GRACE_SECONDS, collect_garbage
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
 def fsck_cmd(

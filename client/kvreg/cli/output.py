@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -42,6 +42,9 @@ EXIT_INTERRUPTED = 130
 _MIN_WIDTH = 110
 
 Renderer = Callable[[Console], None]
+
+# The ``--json`` option every command takes (machine-readable output on stdout).
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
 
 def _click_exception_classes() -> tuple[type[Exception], type[Exception]]:

@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.store import paging
 from kvreg.store.config import format_size, parse_size
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/name) or a manifest digest.")]
 
 

@@ -39,6 +39,7 @@ from kvreg.cli.engine_options import (
     load_engine,
     settings_for_new,
 )
+from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import UsageError
 
 
@@ -78,7 +79,7 @@ def route_cmd(
     profile: ProfileOpt = None,
     device: DeviceOpt = None,
     block_size: BlockSizeOpt = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+    json_output: JsonOpt = False,
 ) -> None:
     """Show which stored KV state the router would graft for a prompt (or none, and why)."""
     out = output.get(ctx, json_output)

@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg.cli import common, output
+from kvreg.cli.output import JsonOpt
 from kvreg.core.keys import PublicKey
 from kvreg.core.trust import TrustPolicy
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 NamespaceArg = Annotated[str, typer.Argument(metavar="NAMESPACE", help="A namespace, or '*' for all.")]
 
 
