@@ -21,10 +21,12 @@ import typer
 
 import kvreg
 from kvreg.cli import (
+    ask,
     audit,
     config,
     demo,
     deposit,
+    flywheel,
     graft,
     inspect,
     keys,
@@ -110,6 +112,8 @@ def build_app() -> typer.Typer:
     deposit.register(app)
     graft.register(app)
     route.register(app)
+    ask.register(app)
+    flywheel.register(app)
     inspect.register(app)
     maintenance.register(app)
     paging.register(app)

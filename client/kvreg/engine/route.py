@@ -220,7 +220,12 @@ def _prefix_blocks(manifest: Manifest, tokens: Sequence[int], prompt: Sequence[i
 
 
 def _accept_prefix(
-    plan: RoutePlan, home: Home, lm: LoadedModel, artifact: Artifact, prompt: Sequence[int]
+    plan: RoutePlan,
+    home: Home,
+    lm: LoadedModel,
+    artifact: Artifact,
+    prompt: Sequence[int],
+    require_chunks: bool = True,
 ) -> None:
     manifest = artifact.manifest
     tokens = read_tokens(home, manifest)
@@ -235,7 +240,7 @@ def _accept_prefix(
             first_difference=shared,
         )
     verify_route(lm, manifest, tokens, prompt, graft_tokens)
-    missing = _missing_chunks(home, manifest, blocks)
+    missing = _missing_chunks(home, manifest, blocks) if require_chunks else 0
     if missing:
         raise ObjectNotFoundError(f"{missing} of the {blocks} chunks needed are not in the local store")
     plan.artifact, plan.artifact_tokens = artifact, tokens
@@ -243,7 +248,12 @@ def _accept_prefix(
 
 
 def _accept_knowledge(
-    plan: RoutePlan, home: Home, lm: LoadedModel, artifact: Artifact, prompt: Sequence[int]
+    plan: RoutePlan,
+    home: Home,
+    lm: LoadedModel,
+    artifact: Artifact,
+    prompt: Sequence[int],
+    require_chunks: bool = True,
 ) -> None:
     manifest = artifact.manifest
     verification = manifest.verification
@@ -254,7 +264,7 @@ def _accept_knowledge(
         )
     tokens = read_tokens(home, manifest)
     verify_route(lm, manifest, tokens, prompt, len(prompt))
-    missing = _missing_chunks(home, manifest, len(manifest.chunks))
+    missing = _missing_chunks(home, manifest, len(manifest.chunks)) if require_chunks else 0
     if missing:
         raise ObjectNotFoundError(
             f"{missing} of the artifact's {len(manifest.chunks)} chunks are not in the local store"
@@ -271,11 +281,15 @@ def route(
     *,
     artifact: str | None = None,
     trust: TrustPolicy | None = None,
+    require_chunks: bool = True,
 ) -> RoutePlan:
     """Plan a graft for ``prompt`` (token ids, as the model reads them, BOS included).
 
     ``artifact`` (``NS/NAME`` or ``sha256:…``) skips the lookup and routes to that
     artifact; it is checked like any other and refused if it does not fit.
+    ``require_chunks=False`` accepts an artifact whose chunks are not all in the
+    local store (a caller that fetches them on demand, ``kvreg.engine.ask``); the
+    manifest and tokens object must be there.
     """
     if mode not in MODES:
         raise UsageError(f"unknown route mode {mode!r}", hint=f"choose one of: {', '.join(MODES)}")
@@ -288,7 +302,7 @@ def route(
     if artifact is not None:
         try:
             target = resolve(home, artifact)
-            accept(plan, home, lm, open_artifact(home, target, trust=policy), prompt)
+            accept(plan, home, lm, open_artifact(home, target, trust=policy), prompt, require_chunks)
         except KvregError as exc:
             log.warning("route: refusing %s: %s", artifact, exc.message)
             return plan.refuse(exc)
@@ -304,7 +318,7 @@ def route(
     for digest in candidates:
         try:
             opened = _open_trusted(home, digest, refs, policy)
-            accept(plan, home, lm, opened, prompt)
+            accept(plan, home, lm, opened, prompt, require_chunks)
         except KvregError as exc:
             _skip(plan, digest, exc, (refs.get(digest) or [Target(None, digest)])[0].ref)
             continue
@@ -409,20 +423,49 @@ def generate(
     stop_at_eos: bool = False,
 ) -> RoutedGeneration:
     """Route, compare tokens, graft and decode; on any refusal, generate with no cache."""
-    prompt = list(prompt)
-    timings: dict[str, float] = {}
     started = time.perf_counter()
     plan = route(home, lm, prompt, mode, artifact=artifact, trust=trust)
-    timings["route_seconds"] = time.perf_counter() - started
+    timings = {"route_seconds": time.perf_counter() - started}
+    return generate_planned(
+        lm,
+        home,
+        prompt,
+        plan,
+        max_new_tokens=max_new_tokens,
+        verify=verify,
+        probe=probe,
+        stop_at_eos=stop_at_eos,
+        timings=timings,
+    )
+
+
+def generate_planned(
+    lm: LoadedModel,
+    home: Home,
+    prompt: Sequence[int],
+    plan: RoutePlan,
+    *,
+    max_new_tokens: int = 32,
+    verify: bool = True,
+    probe: bool = True,
+    stop_at_eos: bool = False,
+    timings: dict[str, float] | None = None,
+) -> RoutedGeneration:
+    """Carry out ``plan`` (from :func:`route`): compare tokens again, graft and decode.
+
+    On any refusal (tokens, fingerprints, a missing or corrupt chunk, a failed
+    probe) the plan is marked refused and the prompt runs with no cache.
+    """
+    prompt = list(prompt)
+    timings = dict(timings or {})
     if plan.artifact is not None and plan.artifact_tokens is not None:
         manifest = plan.artifact.manifest
         tokens = plan.artifact_tokens
+        knowledge = plan.mode == "knowledge"
         try:
             # Once more, right before the graft: every token it will put in the cache.
-            verify_route(
-                lm, manifest, tokens, prompt, len(prompt) if mode == "knowledge" else plan.graft_tokens
-            )
-            if mode == "knowledge":
+            verify_route(lm, manifest, tokens, prompt, len(prompt) if knowledge else plan.graft_tokens)
+            if knowledge:
                 outcome = graft(lm, home, manifest, tokens, None, verify=verify, probe=probe)
                 read = tokens
             else:

@@ -1,0 +1,172 @@
+"""``kvreg ask``: answer a prompt, grafting the best stored state when one fits.
+
+It loads MODEL under the engine options given (the artifacts it can use are
+those computed under the same config, block size included), tokenizes the prompt
+as ``graft --prompt-file`` does and calls :func:`kvreg.engine.ask.ask`: route
+over the local store (and, with ``--remote``, over the registry's route endpoint,
+pulling lazily and fetching only the chunks the graft reads), graft, decode.
+
+The completion is printed on stdout with a summary (mode used, artifact,
+grafted, prefilled and decoded tokens, time); ``--json`` prints everything as
+one object. Falling back to plain generation is an answer, not a failure: the
+exit status is 0 and the summary says why nothing was grafted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvreg.cli import common, output
+from kvreg.cli.engine_options import (
+    AttnOpt,
+    BlockSizeOpt,
+    DeviceOpt,
+    DtypeOpt,
+    EngineChoice,
+    ProfileOpt,
+    ThreadsOpt,
+    load_engine,
+    settings_for_new,
+)
+from kvreg.cli.output import JsonOpt
+from kvreg.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from kvreg.engine.ask import RemoteSource
+    from kvreg.store.home import Home
+
+
+class AskMode(enum.StrEnum):
+    auto = "auto"
+    knowledge = "knowledge"
+    prefix = "prefix"
+    off = "off"
+
+
+@contextlib.contextmanager
+def _remote_source(
+    home: Home, name: str | None, namespaces: list[str] | None
+) -> Iterator[RemoteSource | None]:
+    if name is None:
+        yield None
+        return
+    from kvreg.engine.ask import RemoteSource
+    from kvreg.remote.auditlog import contact
+
+    known = list(common.local_public_keys(home).values())
+    with contact(home, name) as (client, audit):
+        yield RemoteSource(client=client, audit=audit, namespaces=namespaces or None, known_keys=known)
+
+
+def ask_cmd(
+    ctx: typer.Context,
+    model: Annotated[
+        Path, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
+    ],
+    prompt_file: Annotated[Path, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")],
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote",
+            metavar="NAME",
+            help="Also route over this registry (kvreg remote add): candidates are pulled lazily "
+            "and only the chunks the graft reads are fetched, each verified.",
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", "-n", metavar="NS", help="With --remote: route within NS only (repeatable)."
+        ),
+    ] = None,
+    mode: Annotated[
+        AskMode,
+        typer.Option(
+            "--mode",
+            help="auto: knowledge, else prefix, else none; knowledge: a verified, trusted artifact that "
+            "begins with the prompt, grafted whole; prefix: the longest shared block-aligned prefix "
+            "(output as with no cache); off: no cache.",
+        ),
+    ] = AskMode.auto,
+    max_new_tokens: Annotated[
+        int,
+        typer.Option("--max-new-tokens", min=1, max=1 << 20, help="Decode at most N tokens (stops at EOS)."),
+    ] = 128,
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    profile: ProfileOpt = None,
+    device: DeviceOpt = None,
+    block_size: BlockSizeOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Answer a prompt with the best stored KV state that fits it (or none, and why).
+
+    Examples:
+
+      kvreg ask --model ./model --prompt-file q.txt
+
+      kvreg ask --model ./model --prompt-file q.txt --remote origin --mode knowledge --json
+    """
+    out = output.get(ctx, json_output)
+    if namespace and remote is None:
+        raise UsageError("--namespace needs --remote")
+    home = common.home(ctx)
+    prompt_text = common.read_text_file(prompt_file, what="prompt file")
+    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
+    lm, _ = load_engine(out, model, fields, home)
+    from kvreg.engine.ask import ask
+
+    prompt = lm.encode(prompt_text, first=True)
+    with (
+        _remote_source(home, remote, namespace) as source,
+        out.status(f"answering ({mode}, {len(prompt)} tokens)"),
+    ):
+        result = ask(lm, home, prompt, mode=str(mode), remote=source, max_new_tokens=max_new_tokens)
+    completion = lm.tokenizer.decode(result.completion_tokens, skip_special_tokens=True)
+    data: dict[str, Any] = result.to_dict(completion)
+    data["config_fingerprint"] = str(lm.config.fingerprint)
+    data["model_fingerprint"] = str(lm.model_fp)
+
+    def render(console: Console) -> None:
+        console.print(escape(completion), soft_wrap=True)
+        table = Table(show_header=False, box=None, pad_edge=False)
+        table.add_column(style="bold")
+        table.add_column()
+        art = data["artifact"]
+        if art is None:
+            table.add_row("mode", f"{mode} → [yellow]no graft[/yellow]: " + escape(str(data["reason"])))
+        else:
+            table.add_row("mode", f"{mode} → {data['mode']}")
+            table.add_row("artifact", f"{escape(art['ref'] or '-')} {art['manifest_digest']}")
+            if art["verdict"] is not None:
+                table.add_row("verified", f"{escape(str(art['verdict']))} ({escape(str(art['verifier']))})")
+        table.add_row(
+            "tokens",
+            f"{data['grafted_tokens']} grafted, {data['prefilled_tokens']} prefilled, "
+            f"{data['decoded_tokens']} decoded",
+        )
+        rem = data["remote"]
+        if rem is not None:
+            table.add_row(
+                "registry",
+                f"{rem['candidates']} candidates, {len(rem['pulled'])} pulled lazily, "
+                f"{rem['fetched_objects']} objects fetched ({rem['fetched_bytes']} bytes)",
+            )
+        table.add_row("time", f"{data['timings']['total_seconds'] * 1000:.1f} ms")
+        console.print(table)
+
+    out.result(data, render)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ask")(ask_cmd)

@@ -1,0 +1,343 @@
+"""Ask: answer a prompt from the best stored state — local, or fetched from a registry on demand.
+
+This is what ``kvreg ask`` and the flywheel's exam call. One request runs:
+
+1. **Discover** (only with a :class:`RemoteSource`): the prompt's block keys
+   (``kvreg.core.blockkey``, under the local engine's fingerprints and block size)
+   go to the registry's route endpoint — the tokens never leave the host. Each
+   useful candidate that is not in the local store yet is pulled *lazily*
+   (``kvreg.remote.transfer.pull(lazy=True)``): its signature is checked against
+   the local trust policy for its namespace and only the manifest and the tokens
+   object are downloaded, verified, so the local router can compare tokens.
+2. **Route** (``kvreg.engine.route``) over the local store, in the mode asked:
+   ``knowledge`` (a verified, trusted artifact that begins with the prompt, grafted
+   whole), ``prefix`` (the longest block-aligned shared prefix; output identical to
+   a run with no cache), ``auto`` (knowledge, then prefix) or ``off`` (no cache).
+3. **Fetch** (with a remote): exactly the chunks the chosen graft reads
+   (``kvreg.remote.ondemand``), each hashed against the signed manifest before it
+   enters the store, and leased so that eviction leaves them alone during the graft.
+4. **Graft and decode** (``route.generate_planned``), which compares the tokens
+   once more right before the graft. Any refusal — misrouted tokens, another
+   model or config, an unverified or untrusted artifact, a chunk that fails its
+   digest or cannot be fetched — falls back to plain generation and says why.
+
+Nothing here prints; the result is a plain object the CLI renders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kvreg.core.blockkey import block_keys
+from kvreg.core.errors import KvregError, UsageError
+from kvreg.core.names import RefName
+from kvreg.core.trust import TrustPolicy
+from kvreg.engine.route import MODES as ROUTE_MODES
+from kvreg.engine.route import RoutedGeneration, RoutePlan, generate_planned, route
+from kvreg.engine.runtime import LoadedModel
+from kvreg.store.artifacts import Artifact
+from kvreg.store.home import Home
+
+if TYPE_CHECKING:
+    from kvreg.core.keys import PublicKey
+    from kvreg.remote.auditlog import RemoteLog
+    from kvreg.remote.http import RegistryClient, RouteCandidate
+    from kvreg.remote.progress import Progress
+
+log = logging.getLogger(__name__)
+
+ASK_MODES: tuple[str, ...] = ("auto", *ROUTE_MODES, "off")
+_TRY: dict[str, tuple[str, ...]] = {
+    "auto": ("knowledge", "prefix"),
+    "knowledge": ("knowledge",),
+    "prefix": ("prefix",),
+    "off": (),
+}
+DEFAULT_CANDIDATES = 20  # asked of the registry
+DEFAULT_PULLS = 3  # lazy pulls per request, at most
+
+
+@dataclass
+class RemoteSource:
+    """A registry to discover and fetch from: an open client, and how to use it."""
+
+    client: RegistryClient
+    audit: RemoteLog | None = None  # with it, every lazy pull proves the registry's log entries
+    namespaces: Sequence[str] | None = None  # route only within these (default: all readable)
+    known_keys: Sequence[PublicKey] = ()
+    jobs: int = 4
+    progress: Progress | None = None
+    candidates: int = DEFAULT_CANDIDATES
+    max_pulls: int = DEFAULT_PULLS
+
+
+@dataclass
+class RemoteReport:
+    """What the registry offered, what was pulled lazily, and what was fetched for the graft."""
+
+    candidates: int = 0
+    pulled: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    fetched_objects: int = 0
+    fetched_bytes: int = 0
+    evicted: int = 0
+    error: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidates": self.candidates,
+            "pulled": self.pulled,
+            "skipped": self.skipped,
+            "fetched_objects": self.fetched_objects,
+            "fetched_bytes": self.fetched_bytes,
+            "evicted": self.evicted,
+            "error": self.error,
+        }
+
+
+@dataclass
+class AskResult:
+    requested_mode: str
+    generation: RoutedGeneration
+    completion_tokens: list[int]  # after the prompt: the artifact's rest (knowledge) + decoded
+    refused: list[dict[str, Any]]  # the plans of modes tried before the one used, and why they fell back
+    remote: RemoteReport | None
+    timings: dict[str, float]
+
+    @property
+    def plan(self) -> RoutePlan:
+        return self.generation.plan
+
+    @property
+    def used_mode(self) -> str:
+        """``knowledge`` or ``prefix`` when a graft was used; ``off`` when the prompt ran with no cache."""
+        return "off" if self.generation.fallback else self.plan.mode
+
+    @property
+    def decoded_tokens(self) -> int:
+        return len(self.generation.decoded.tokens)
+
+    @property
+    def grafted_tokens(self) -> int:
+        return 0 if self.generation.fallback else self.plan.graft_tokens
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return self.plan.prompt_tokens if self.generation.fallback else self.plan.prefill_tokens
+
+    def to_dict(self, completion: str | None = None) -> dict[str, Any]:
+        plan = self.plan.to_dict()
+        return {
+            "requested_mode": self.requested_mode,
+            "mode": self.used_mode,
+            "fallback": self.generation.fallback,
+            "reason": plan["reason"],
+            "error": plan["error"],
+            "artifact": None if self.generation.fallback else plan["artifact"],
+            "prompt_tokens": self.plan.prompt_tokens,
+            "grafted_tokens": self.grafted_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
+            "decoded_tokens": self.decoded_tokens,
+            "blocks": 0 if self.generation.fallback else plan["blocks"],
+            "probe": self.generation.outcome.probe if self.generation.outcome else None,
+            "completion": completion,
+            "output_tokens": self.generation.decoded.tokens,
+            "skipped": plan["skipped"],
+            "refused_modes": self.refused,
+            "remote": None if self.remote is None else self.remote.to_dict(),
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+        }
+
+
+def ask(
+    lm: LoadedModel,
+    home: Home,
+    prompt: Sequence[int],
+    *,
+    mode: str = "auto",
+    remote: RemoteSource | None = None,
+    max_new_tokens: int = 128,
+    stop_at_eos: bool = True,
+    trust: TrustPolicy | None = None,
+    verify: bool = True,
+    probe: bool = True,
+) -> AskResult:
+    """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode."""
+    if mode not in ASK_MODES:
+        raise UsageError(f"unknown ask mode {mode!r}", hint=f"choose one of: {', '.join(ASK_MODES)}")
+    if max_new_tokens < 1:
+        raise UsageError("--max-new-tokens must be at least 1")
+    prompt = list(prompt)
+    if not prompt:
+        raise UsageError("the prompt has no tokens")
+    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    tries = _TRY[mode]
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    report: RemoteReport | None = None
+    if remote is not None and tries:
+        t = time.perf_counter()
+        report = _discover(home, lm, prompt, tries, remote, policy)
+        timings["discover_seconds"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    plans: list[RoutePlan] = []
+    for m in tries:
+        plan = route(home, lm, prompt, m, trust=policy, require_chunks=remote is None)
+        plans.append(plan)
+        if not plan.fallback:
+            break
+    timings["route_seconds"] = time.perf_counter() - t
+    if not plans:
+        chosen = RoutePlan(mode="off", prompt_tokens=len(prompt), reason="routing is off (--mode off)")
+    else:
+        chosen = plans[-1]
+    refused = [p.to_dict() for p in plans[:-1]]
+
+    options: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "verify": verify,
+        "probe": probe,
+        "stop_at_eos": stop_at_eos,
+        "timings": timings,
+    }
+    if remote is not None and chosen.artifact is not None and report is not None:
+        generation = _fetch_and_generate(lm, home, prompt, chosen, remote, report, options)
+    else:
+        generation = generate_planned(lm, home, prompt, chosen, **options)
+    timings = dict(generation.timings)
+    timings["total_seconds"] = time.perf_counter() - started
+    generation.timings = timings
+    completion = list(generation.tokens[len(prompt) :]) + list(generation.decoded.tokens)
+    return AskResult(mode, generation, completion, refused, report, timings)
+
+
+# --- the registry half -------------------------------------------------------------------
+
+
+def _useful(c: RouteCandidate, tries: Sequence[str], prompt_len: int, full_blocks: int) -> bool:
+    knowledge = (
+        "knowledge" in tries
+        and c.verdict == "pass"
+        and c.token_count >= prompt_len
+        and c.matched_blocks >= full_blocks
+    )
+    prefix = "prefix" in tries and c.matched_blocks >= 1
+    return knowledge or prefix
+
+
+def _discover(
+    home: Home,
+    lm: LoadedModel,
+    prompt: list[int],
+    tries: Sequence[str],
+    remote: RemoteSource,
+    policy: TrustPolicy,
+) -> RemoteReport:
+    """Ask the registry for candidates by block key and pull the useful new ones lazily."""
+    from kvreg.remote.transfer import pull
+
+    report = RemoteReport()
+    block = lm.config.block_size
+    keys = block_keys(lm.model_fp, lm.tokenizer_fp, lm.config.fingerprint, prompt, block)
+    try:
+        candidates = remote.client.route(
+            model_fingerprint=lm.model_fp,
+            tokenizer_fingerprint=lm.tokenizer_fp,
+            config_fingerprint=lm.config.fingerprint,
+            block_size=block,
+            block_keys=keys,
+            namespaces=remote.namespaces,
+            limit=remote.candidates,
+        )
+    except KvregError as exc:  # the registry is a help, not a requirement: route locally
+        log.warning("ask: the registry's route endpoint failed: %s", exc.message)
+        report.error = exc.to_dict()
+        return report
+    report.candidates = len(candidates)
+    full_blocks = len(prompt) // block
+    for c in candidates:
+        if len(report.pulled) >= remote.max_pulls:
+            break
+        if not _useful(c, tries, len(prompt), full_blocks) or home.objects.has(c.manifest_digest):
+            continue
+        if not c.refs:
+            report.skipped.append(
+                {"manifest_digest": str(c.manifest_digest), "reason": "no ref names it on the registry"}
+            )
+            continue
+        ref = RefName(c.namespace, c.refs[0])
+        try:
+            pulled = pull(
+                home,
+                remote.client,
+                ref,
+                lazy=True,
+                trust=policy,
+                known_keys=remote.known_keys,
+                audit=remote.audit,
+            )
+        except KvregError as exc:
+            log.info("ask: not pulling %s: %s", ref, exc.message)
+            report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
+            continue
+        report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
+    return report
+
+
+@contextlib.contextmanager
+def _objects_for(
+    home: Home, artifact: Artifact, blocks: int, remote: RemoteSource, report: RemoteReport, probe: bool
+) -> Iterator[None]:
+    """Make the objects a graft of ``blocks`` chunks of ``artifact`` reads present, leased for the block."""
+    from kvreg.remote.ondemand import ensured, needed_for_graft
+
+    manifest = artifact.manifest
+    namespace = artifact.ref.namespace if artifact.ref is not None else None
+    needed = needed_for_graft(manifest, blocks, witness=not probe)
+    if namespace is None:
+        missing = [d for d in needed if not home.objects.has(d)]
+        if missing:
+            raise UsageError(
+                f"artifact {manifest.digest.short()} has no local ref, so its registry namespace is unknown"
+            )
+        yield
+        return
+    with ensured(
+        home, remote.client, namespace, manifest, needed, jobs=remote.jobs, progress=remote.progress
+    ) as got:
+        report.fetched_objects += len(got.fetched)
+        report.fetched_bytes += got.bytes_fetched
+        report.evicted += len(got.evicted)
+        yield
+
+
+def _fetch_and_generate(
+    lm: LoadedModel,
+    home: Home,
+    prompt: list[int],
+    plan: RoutePlan,
+    remote: RemoteSource,
+    report: RemoteReport,
+    options: dict[str, Any],
+) -> RoutedGeneration:
+    """Fetch the chunks ``plan`` reads (leased while grafting), then graft; refuse → plain."""
+    timings: dict[str, float] = options["timings"]
+    t = time.perf_counter()
+    if plan.artifact is None:
+        return generate_planned(lm, home, prompt, plan, **options)
+    try:
+        with _objects_for(home, plan.artifact, plan.blocks, remote, report, options["probe"]):
+            timings["fetch_seconds"] = time.perf_counter() - t
+            return generate_planned(lm, home, prompt, plan, **options)
+    except KvregError as exc:
+        log.warning("ask: cannot fetch what the graft needs, generating without it: %s", exc.message)
+        timings.setdefault("fetch_seconds", time.perf_counter() - t)
+        report.error = exc.to_dict()
+        plan.refuse(exc)
+        return generate_planned(lm, home, prompt, plan, **options)

@@ -1,0 +1,493 @@
+"""The flywheel loop: exam the frozen model, build a verified library, exam again through ``ask``.
+
+:func:`run_flywheel` runs the three phases of docs/flywheel.md on the bundled
+model (or any model that speaks the addition task):
+
+a. **Baseline.** Every exam question — the *repeat* set (questions the library
+   will cover) and the *unseen* set (held back from the library) — is answered
+   greedily with no cache (:func:`kvreg.engine.ask.ask` with ``mode="off"``):
+   accuracy, decoded tokens, wall and CPU seconds per answer.
+b. **Library.** For each repeat question the greedy answer is kept if the checker
+   verifies it; otherwise ``attempts`` seeded samples are drawn and the first
+   that verifies is kept; otherwise the exact solver's trace is used, marked
+   ``exact-solver`` (:mod:`kvreg.flywheel.library`). Each is deposited as a
+   signed artifact with its verification record and, with a registry, pushed.
+c. **Exam again** with ``ask`` in ``auto`` mode on the repeat and unseen
+   questions — in another home that pulls from the registry on demand when one
+   is given. Each graft is checked byte for byte against a fresh computation of
+   the same tokens (every decode step's logits SHA-256-equal), the fresh prefill
+   of the grafted tokens is timed next to the graft, and a fallback's output is
+   compared with the baseline's (same tokens, same logits digests). A *wrong
+   graft* is a knowledge graft whose artifact is another question or whose answer
+   is wrong: the goal is zero.
+
+It returns a :class:`FlywheelReport` (``to_dict`` for JSON); nothing here prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvreg.core.keys import SigningKey
+from kvreg.core.names import RefName
+from kvreg.engine.ask import AskResult, RemoteSource, ask
+from kvreg.engine.check import check_graft
+from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill
+from kvreg.flywheel.exam import easy_exam, hard_exam
+from kvreg.flywheel.library import (
+    SOLVER,
+    choose_entries,
+    deposit_entries,
+    entry_ref,
+    unsolved,
+)
+from kvreg.flywheel.sampling import sample
+from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer, parse_question
+from kvreg.store.home import Home
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
+
+
+@dataclass(frozen=True)
+class FlywheelSpec:
+    """The exam's size and the library's sampling; the defaults are ``kvreg demo``'s."""
+
+    repeat_easy: int = 12
+    repeat_hard: int = 12
+    unseen_easy: int = 4
+    unseen_hard: int = 4
+    attempts: int = 4  # samples per repeat question the greedy answer missed
+    temperature: float = 0.8
+    seed: int = 0
+    max_new_tokens: int = 160
+    namespace: str = "flywheel"
+
+    def problems(self) -> tuple[list[Problem], list[Problem]]:
+        """(repeat, unseen): disjoint slices of the held-out exam."""
+        easy, hard = easy_exam(), hard_exam()
+        repeat = easy[: self.repeat_easy] + hard[: self.repeat_hard]
+        unseen = (
+            easy[self.repeat_easy : self.repeat_easy + self.unseen_easy]
+            + hard[self.repeat_hard : self.repeat_hard + self.unseen_hard]
+        )
+        return repeat, unseen
+
+
+@dataclass
+class Answer:
+    """One question answered once: what was used and what it cost."""
+
+    problem: Problem
+    repeat: bool
+    mode: str  # knowledge | prefix | off
+    correct: bool
+    decoded_tokens: int
+    grafted_tokens: int
+    prefilled_tokens: int
+    wall_seconds: float
+    cpu_seconds: float
+    completion: str
+    artifact: str | None = None
+    source: str | None = None  # the library entry's source, for a knowledge graft
+    wrong_graft: bool = False
+    byte_exact: bool | None = (
+        None  # graft: every step SHA-256-equal to a fresh run; fallback: same as baseline
+    )
+    graft_seconds: float | None = None
+    fresh_prefill_seconds: float | None = None
+    fetched_bytes: int = 0
+    joules: float | None = None  # RAPL package energy over the answer, where exposed
+    logits: list[str] = field(default_factory=list, repr=False)
+    output_tokens: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def hard(self) -> bool:
+        return self.problem.digits >= 6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.problem.question(),
+            "answer": self.problem.answer,
+            "repeat": self.repeat,
+            "hard": self.hard,
+            "mode": self.mode,
+            "correct": self.correct,
+            "decoded_tokens": self.decoded_tokens,
+            "grafted_tokens": self.grafted_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
+            "wall_seconds": round(self.wall_seconds, 6),
+            "cpu_seconds": round(self.cpu_seconds, 6),
+            "artifact": self.artifact,
+            "source": self.source,
+            "wrong_graft": self.wrong_graft,
+            "byte_exact": self.byte_exact,
+            "graft_seconds": None if self.graft_seconds is None else round(self.graft_seconds, 6),
+            "fresh_prefill_seconds": None
+            if self.fresh_prefill_seconds is None
+            else round(self.fresh_prefill_seconds, 6),
+            "fetched_bytes": self.fetched_bytes,
+            "joules": None if self.joules is None else round(self.joules, 6),
+            "completion": self.completion,
+        }
+
+
+def summarize(answers: Sequence[Answer]) -> dict[str, Any]:
+    n = len(answers)
+    if n == 0:
+        return {"questions": 0, "correct": 0, "accuracy": None, "mean_decoded_tokens": None}
+    return {
+        "questions": n,
+        "correct": sum(a.correct for a in answers),
+        "accuracy": sum(a.correct for a in answers) / n,
+        "mean_decoded_tokens": sum(a.decoded_tokens for a in answers) / n,
+        "mean_wall_seconds": sum(a.wall_seconds for a in answers) / n,
+        "mean_cpu_seconds": sum(a.cpu_seconds for a in answers) / n,
+        "mean_joules": None
+        if any(a.joules is None for a in answers)
+        else sum(a.joules or 0.0 for a in answers) / n,
+    }
+
+
+@dataclass
+class FlywheelReport:
+    spec: FlywheelSpec
+    baseline: list[Answer]
+    library: dict[str, Any]
+    after: list[Answer]
+    push: dict[str, Any] | None
+    energy: dict[str, Any]
+    seconds: dict[str, float]
+
+    def _part(self, answers: Sequence[Answer], repeat: bool | None, hard: bool | None = None) -> list[Answer]:
+        return [
+            a for a in answers if (repeat is None or a.repeat == repeat) and (hard is None or a.hard == hard)
+        ]
+
+    def metrics(self) -> dict[str, Any]:
+        """The headline figures: accuracy, decoded tokens, graft vs prefill, checks, goals."""
+        base_repeat = self._part(self.baseline, True)
+        after_repeat = self._part(self.after, True)
+        after_unseen = self._part(self.after, False)
+        missed = sum(not a.correct for a in base_repeat)
+        grafts = [a for a in self.after if a.mode != "off"]
+        knowledge = [a for a in self.after if a.mode == "knowledge"]
+        checked = [a for a in self.after if a.byte_exact is not None]
+        timed = [a for a in knowledge if a.graft_seconds and a.fresh_prefill_seconds]
+        graft_s = sum(a.graft_seconds or 0.0 for a in timed)
+        prefill_s = sum(a.fresh_prefill_seconds or 0.0 for a in timed)
+        base_tokens = summarize(base_repeat)["mean_decoded_tokens"]
+        after_tokens = summarize(after_repeat)["mean_decoded_tokens"]
+        n_all = len(self.baseline)
+        accuracy_before = summarize(self.baseline)["accuracy"]
+        accuracy_after = summarize(self.after)["accuracy"]
+        goal_accuracy = None if accuracy_before is None or n_all == 0 else accuracy_before + missed / n_all
+        ratio = None if not base_tokens or not after_tokens else base_tokens / after_tokens
+        return {
+            "accuracy_before": accuracy_before,
+            "accuracy_after": accuracy_after,
+            "accuracy_goal": goal_accuracy,
+            "accuracy_goal_met": None
+            if goal_accuracy is None or accuracy_after is None
+            else accuracy_after >= goal_accuracy - 1e-12,
+            "repeat_accuracy_before": summarize(base_repeat)["accuracy"],
+            "repeat_accuracy_after": summarize(after_repeat)["accuracy"],
+            "unseen_accuracy_before": summarize(self._part(self.baseline, False))["accuracy"],
+            "unseen_accuracy_after": summarize(after_unseen)["accuracy"],
+            "repeat_missed_by_baseline": missed,
+            "repeat_decoded_tokens_before": base_tokens,
+            "repeat_decoded_tokens_after": after_tokens,
+            "repeat_decoded_tokens_ratio": ratio,
+            "decoded_tokens_goal_met": None if ratio is None else ratio >= 20.0,
+            "knowledge_grafts": len(knowledge),
+            "prefix_grafts": sum(a.mode == "prefix" for a in self.after),
+            "fallbacks": sum(a.mode == "off" for a in self.after),
+            "unseen_knowledge_grafts": sum(a.mode == "knowledge" for a in after_unseen),
+            "wrong_grafts": sum(a.wrong_graft for a in self.after),
+            "byte_exact_checks": len(checked),
+            "byte_exact_passed": sum(bool(a.byte_exact) for a in checked),
+            "grafted_tokens": sum(a.grafted_tokens for a in grafts),
+            "graft_seconds": graft_s,
+            "fresh_prefill_seconds": prefill_s,
+            "prefill_over_graft": None if graft_s <= 0 else prefill_s / graft_s,
+            "cpu_seconds_per_answer_before": summarize(base_repeat).get("mean_cpu_seconds"),
+            "cpu_seconds_per_answer_after": summarize(after_repeat).get("mean_cpu_seconds"),
+            "joules_per_answer_before": summarize(base_repeat).get("mean_joules"),
+            "joules_per_answer_after": summarize(after_repeat).get("mean_joules"),
+            "fetched_bytes": sum(a.fetched_bytes for a in self.after),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.__dict__,
+            "metrics": self.metrics(),
+            "baseline": {
+                "all": summarize(self.baseline),
+                "repeat": summarize(self._part(self.baseline, True)),
+                "unseen": summarize(self._part(self.baseline, False)),
+                "easy": summarize(self._part(self.baseline, None, False)),
+                "hard": summarize(self._part(self.baseline, None, True)),
+            },
+            "after": {
+                "all": summarize(self.after),
+                "repeat": summarize(self._part(self.after, True)),
+                "unseen": summarize(self._part(self.after, False)),
+            },
+            "library": self.library,
+            "push": self.push,
+            "energy": self.energy,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "answers": {
+                "baseline": [a.to_dict() for a in self.baseline],
+                "after": [a.to_dict() for a in self.after],
+            },
+        }
+
+
+# --- measuring ---------------------------------------------------------------------------
+
+
+def read_energy_uj() -> int | None:
+    """The package energy counter (RAPL, microjoules), or None where the machine does not expose it."""
+    try:
+        return int(RAPL.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _completion_text(lm: LoadedModel, result: AskResult) -> str:
+    return str(lm.tokenizer.decode(result.completion_tokens, skip_special_tokens=True))
+
+
+def _answer_one(
+    lm: LoadedModel,
+    home: Home,
+    problem: Problem,
+    *,
+    repeat: bool,
+    mode: str,
+    remote: RemoteSource | None,
+    max_new_tokens: int,
+) -> tuple[Answer, AskResult]:
+    prompt = lm.encode(problem.question(), first=True)
+    energy = read_energy_uj()
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = ask(lm, home, prompt, mode=mode, remote=remote, max_new_tokens=max_new_tokens)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    energy_after = read_energy_uj()
+    completion = _completion_text(lm, result)
+    ended = (
+        bool(result.generation.decoded.tokens)
+        and result.generation.decoded.tokens[-1] == lm.tokenizer.eos_token_id
+    )
+    correct = ended and ANSWER_MARK in completion and check_answer(problem, problem.question() + completion)
+    answer = Answer(
+        problem=problem,
+        repeat=repeat,
+        mode=result.used_mode,
+        correct=correct,
+        decoded_tokens=result.decoded_tokens,
+        grafted_tokens=result.grafted_tokens,
+        prefilled_tokens=result.prefilled_tokens,
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        completion=completion,
+        logits=[str(logits_digest(x)) for x in result.generation.decoded.logits],
+        output_tokens=list(result.generation.decoded.tokens),
+    )
+    if result.remote is not None:
+        answer.fetched_bytes = result.remote.fetched_bytes
+    if energy is not None and energy_after is not None and energy_after >= energy:
+        answer.joules = (energy_after - energy) / 1e6
+    return answer, result
+
+
+def _check_graft(lm: LoadedModel, problem: Problem, answer: Answer, result: AskResult) -> None:
+    """Byte-exactness, the fresh prefill next to the graft, and whether the graft was wrong."""
+    outcome = result.generation.outcome
+    artifact = result.plan.artifact
+    if outcome is None or artifact is None:
+        return
+    answer.artifact = str(artifact.ref) if artifact.ref else str(artifact.digest)
+    answer.source = artifact.manifest.annotations.get("source")
+    answer.byte_exact = check_graft(lm, outcome.plan, result.generation.decoded).byte_exact
+    answer.graft_seconds = outcome.timings.get("read_seconds", 0.0) + outcome.timings.get(
+        "graft_seconds", 0.0
+    )
+    tokens = result.generation.tokens[: outcome.plan.graft_tokens]
+    t = time.perf_counter()
+    prefill(lm, new_cache(lm), tokens, 0)
+    answer.fresh_prefill_seconds = time.perf_counter() - t
+    if answer.mode == "knowledge":
+        asked = lm.tokenizer.decode(
+            result.generation.tokens[: result.plan.prompt_tokens], skip_special_tokens=True
+        )
+        try:
+            same_question = parse_question(asked) == problem
+        except ValueError:
+            same_question = False
+        answer.wrong_graft = not same_question or not answer.correct
+
+
+def exam(
+    lm: LoadedModel,
+    home: Home,
+    repeat: Sequence[Problem],
+    unseen: Sequence[Problem],
+    *,
+    mode: str,
+    remote: RemoteSource | None = None,
+    max_new_tokens: int = 160,
+    baseline: Sequence[Answer] | None = None,
+    say: Progress | None = None,
+) -> list[Answer]:
+    """Answer every question once with ``ask`` in ``mode``; with ``baseline``, check each answer."""
+    items = [(p, True) for p in repeat] + [(p, False) for p in unseen]
+    reference = {a.problem: a for a in baseline or ()}
+    out: list[Answer] = []
+    for i, (problem, is_repeat) in enumerate(items, start=1):
+        answer, result = _answer_one(
+            lm, home, problem, repeat=is_repeat, mode=mode, remote=remote, max_new_tokens=max_new_tokens
+        )
+        if answer.mode != "off":
+            _check_graft(lm, problem, answer, result)
+        elif problem in reference:  # no graft: the output must be the baseline's, bit for bit
+            base = reference[problem]
+            answer.byte_exact = answer.output_tokens == base.output_tokens and answer.logits == base.logits
+        out.append(answer)
+        if say is not None and (i % 10 == 0 or i == len(items)):
+            say(f"{mode} exam: {i}/{len(items)} answered")
+    return out
+
+
+# --- the loop ----------------------------------------------------------------------------
+
+
+def build_library(
+    lm: LoadedModel,
+    home: Home,
+    key: SigningKey,
+    spec: FlywheelSpec,
+    repeat: Sequence[Problem],
+    baseline: Sequence[Answer],
+    say: Progress | None = None,
+) -> tuple[dict[str, Any], list[RefName]]:
+    """Greedy answers that verify, else seeded samples that verify, else the exact solver; deposited."""
+    greedy = {a.problem: (a.completion, a.decoded_tokens) for a in baseline if a.repeat}
+    attempts = [greedy.get(p) for p in repeat]
+    missing = unsolved(repeat, attempts)
+    samples: dict[Problem, list[tuple[str, int]]] = {}
+    t = time.perf_counter()
+    if missing and spec.attempts > 0:
+        if say is not None:
+            say(f"sampling {spec.attempts} attempts for each of the {len(missing)} questions greedy missed")
+        drawn = sample(
+            lm.model,
+            lm.tokenizer,
+            [p.question() for p in missing],
+            attempts=spec.attempts,
+            temperature=spec.temperature,
+            seed=spec.seed,
+            max_new_tokens=spec.max_new_tokens,
+        )
+        samples = dict(zip(missing, drawn, strict=True))
+    sample_seconds = time.perf_counter() - t
+    entries = choose_entries(repeat, attempts, samples)
+    if say is not None:
+        say(f"depositing {len(entries)} verified solutions")
+    t = time.perf_counter()
+    results = deposit_entries(lm, home, key, entries, namespace=spec.namespace)
+    deposit_seconds = time.perf_counter() - t
+    sources: dict[str, int] = {}
+    for e in entries:
+        sources[e.source] = sources.get(e.source, 0) + 1
+    report = {
+        "entries": len(entries),
+        "sources": sources,
+        "exact_solver": sources.get(SOLVER, 0),
+        "sampled_questions": len(missing),
+        "samples_drawn": len(missing) * spec.attempts if spec.attempts > 0 else 0,
+        "tokens": sum(r.manifest.token_count for r in results),
+        "chunks": sum(len(r.manifest.chunks) for r in results),
+        "bytes_written": sum(r.write.bytes_written for r in results),
+        "sample_seconds": sample_seconds,
+        "deposit_seconds": deposit_seconds,
+        "refs": [str(entry_ref(spec.namespace, e.problem)) for e in entries],
+    }
+    return report, [entry_ref(spec.namespace, e.problem) for e in entries]
+
+
+@dataclass
+class Registry:
+    """Where the library goes and where the second exam reads from."""
+
+    push_client: Any  # RegistryClient with write access to the namespace
+    reader: RemoteSource  # the asking home's view of the registry
+    home: Home  # the asking home: its own store, trusting the signer for the namespace
+    jobs: int = 4
+
+
+def run_flywheel(
+    lm: LoadedModel,
+    home: Home,
+    key: SigningKey,
+    spec: FlywheelSpec | None = None,
+    *,
+    registry: Registry | None = None,
+    progress: Progress | None = None,
+) -> FlywheelReport:
+    """Baseline exam, library, (push), exam again through ``ask``; see the module docstring."""
+    spec = spec or FlywheelSpec()
+    say = progress or (lambda _m: None)
+    repeat, unseen = spec.problems()
+    seconds: dict[str, float] = {}
+    energy: dict[str, Any] = {"available": read_energy_uj() is not None, "source": str(RAPL)}
+
+    say(f"baseline exam: {len(repeat)} repeat + {len(unseen)} unseen questions, greedy, no cache")
+    t = time.perf_counter()
+    baseline = exam(lm, home, repeat, unseen, mode="off", max_new_tokens=spec.max_new_tokens, say=say)
+    seconds["baseline"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    library, refs = build_library(lm, home, key, spec, repeat, baseline, say)
+    seconds["library"] = time.perf_counter() - t
+
+    push_report: dict[str, Any] | None = None
+    ask_home, source = home, None
+    if registry is not None:
+        from kvreg.remote.transfer import push
+
+        say(f"pushing {len(refs)} artifacts to the registry")
+        t = time.perf_counter()
+        sent_objects = sent_bytes = 0
+        for ref in refs:
+            r = push(home, registry.push_client, ref, jobs=registry.jobs)
+            sent_objects += r.objects_sent
+            sent_bytes += r.bytes_sent
+        seconds["push"] = time.perf_counter() - t
+        push_report = {"refs": len(refs), "objects_sent": sent_objects, "bytes_sent": sent_bytes}
+        ask_home, source = registry.home, registry.reader
+
+    where = "a second home, pulling on demand from the registry" if source else "the same home"
+    say(f"exam again with kvreg ask (auto) in {where}")
+    t = time.perf_counter()
+    after = exam(
+        lm,
+        ask_home,
+        repeat,
+        unseen,
+        mode="auto",
+        remote=source,
+        max_new_tokens=spec.max_new_tokens,
+        baseline=baseline,
+        say=say,
+    )
+    seconds["after"] = time.perf_counter() - t
+    return FlywheelReport(spec, baseline, library, after, push_report, energy, seconds)
