@@ -7,6 +7,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -176,7 +177,19 @@ def test_demo_runs_end_to_end(tmp_path):
         "KVREG_STORAGE": "s3://nothing/here",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "kvreg", "demo", "--workdir", str(workdir), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "kvreg",
+            "demo",
+            "--workdir",
+            str(workdir),
+            "--json",
+            "--repeat",
+            "2",
+            "--unseen",
+            "1",
+        ],
         env={**kvreg_env(tmp_path / "unused-home"), **outside},
         capture_output=True,
         text=True,
@@ -226,6 +239,21 @@ def test_demo_runs_end_to_end(tmp_path):
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
 
+    # The flywheel act: library pushed, second exam in a fresh home that pulls on demand.
+    fw = report["flywheel"]
+    m = fw["metrics"]
+    assert fw["library"]["entries"] == 4 and fw["push"]["refs"] == 4
+    assert m["knowledge_grafts"] == 4 and m["repeat_accuracy_after"] == 1.0
+    assert m["wrong_grafts"] == 0 and m["unseen_knowledge_grafts"] == 0
+    assert m["byte_exact_passed"] == m["byte_exact_checks"] == 6
+    assert m["repeat_decoded_tokens_after"] == 1.0
+    assert m["fetched_bytes"] > 0  # the asking home had nothing: it pulled what it grafted
+    asking = Path(fw["registry"]["asking_home"])
+    assert asking == workdir / "flywheel-home"
+    assert sorted(p.name for p in (asking / "refs" / "flywheel").iterdir()) == sorted(
+        r.split("/", 1)[1] for r in fw["library"]["refs"]
+    )
+
     # The human-readable rendering of the same report.
     from rich.console import Console
 
@@ -237,6 +265,9 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "6. share through a registry" in text
     assert "push demo/p07 again" in text
     assert "graft in the second home with --check: byte-exact, 32/32" in text
+    assert "7. the verified-knowledge flywheel" in text
+    assert "byte-exact checks" in text and "6/6 passed" in text
+    assert "kvreg serve --data" in text
     assert "demo passed" in text
 
     rerun = kvreg(tmp_path, "demo", "--workdir", workdir, expect=2)

@@ -129,6 +129,8 @@ def _render(console: Console, r: dict[str, Any]) -> None:
     )
     if r.get("registry") is not None:
         _render_registry(console, r["registry"])
+    if r.get("flywheel") is not None:
+        _render_flywheel(console, r)
     if r["ok"]:
         console.print(f"[bold green]demo passed[/bold green] in {r['seconds']:.1f} s")
     else:
@@ -192,8 +194,44 @@ def _render_registry(console: Console, g: dict[str, Any]) -> None:
         f"   graft in the second home with --check: {state}, {c['sha256_equal_steps']}/{c['steps']} "
         f"SHA-256-equal steps, max KL {c['max_kl']:.3g}\n"
         f"   the registry stores {g['stored']['objects']} objects ({_size(g['stored']['bytes'])}) for both "
-        f"artifacts; the server was stopped ({_seconds(g['seconds'])} for this act)\n"
+        f"artifacts ({_seconds(g['seconds'])} for this act)\n"
     )
+
+
+def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
+    from kvreg.cli.flywheel import render_flywheel
+
+    f = r["flywheel"]
+    if "error" in f:
+        e = f["error"]
+        console.print(f"[red]7. the flywheel act failed: {e['code']}: {escape(e['message'])}[/red]")
+        return
+    spec, model = f["spec"], f["model"]
+    console.print(
+        f"\n[bold]7. the verified-knowledge flywheel[/bold] on the bundled arithmetic model "
+        f"({model['architecture']}, {model['num_layers']} layers, "
+        "trained by scripts/train-flywheel-model.sh): "
+        f"{spec['repeat_easy'] + spec['repeat_hard']} repeat questions (the library covers them) and "
+        f"{spec['unseen_easy'] + spec['unseen_hard']} unseen ones"
+    )
+    render_flywheel(console, f, title="frozen model vs the same model with the verified library")
+    g = f.get("registry")
+    push = f.get("push")
+    if g is not None and push is not None:
+        m = f["metrics"]
+        console.print(
+            f"   pushed {push['refs']} artifacts ({push['objects_sent']} objects, "
+            f"{_size(push['bytes_sent'])}) "
+            f"to {escape(g['url'])}; the second exam ran in {escape(g['asking_home'])}, which fetched "
+            f"{_size(m['fetched_bytes'])} on demand"
+        )
+        console.print(
+            "\n[bold]browse the library[/bold] (with --workdir or --keep, after the demo):\n"
+            f"   kvreg serve --data {escape(g['data'])}\n"
+            f"   open http://127.0.0.1:8080/ns/{escape(g['namespace'])}\n"
+            f"   echo -n 'Q:35+21=? ' > q.txt && KVREG_HOME={escape(g['asking_home'])} kvreg ask "
+            f"--model {escape(model['dir'])} --block-size 8 --prompt-file q.txt"
+        )
 
 
 def demo_cmd(
@@ -210,13 +248,26 @@ def demo_cmd(
         bool,
         typer.Option("--no-registry", help="Leave out the registry act (kvreg serve, push, pull, graft)."),
     ] = False,
+    no_flywheel: Annotated[
+        bool, typer.Option("--no-flywheel", help="Leave out the flywheel act (the bundled model's exams).")
+    ] = False,
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, max=200, help="Flywheel: easy and hard repeat questions, each.")
+    ] = 20,
+    unseen: Annotated[
+        int, typer.Option("--unseen", min=0, max=100, help="Flywheel: easy and hard unseen questions, each.")
+    ] = 5,
     json_output: JsonOpt = False,
 ) -> None:
-    """Run the whole story on a small built-in model: deposit, dedupe, graft, check, refuse, share.
+    """Run the whole story: deposit, dedupe, graft, check, refuse, share, and the flywheel.
 
-    The last act starts a registry (kvreg serve on 127.0.0.1, SQLite + object
-    folder in the work folder), pushes, pulls into a second home, grafts there
-    with the check, and stops the registry.
+    Act 6 starts a registry (kvreg serve on 127.0.0.1, SQLite + object folder in
+    the work folder), pushes, pulls into a second home and grafts there with the
+    check. Act 7 runs the verified-knowledge flywheel on the bundled arithmetic
+    model: a baseline exam, a library of verified solutions pushed to the
+    registry, and a second exam through kvreg ask in a fresh home that pulls on
+    demand; it ends with the before/after table. The registry is stopped at the
+    end; with --workdir (or --keep) the commands to browse the result are printed.
     """
     out = output.get(ctx, json_output)
     if workdir is not None:
@@ -237,7 +288,14 @@ def demo_cmd(
         def progress(message: str) -> None:
             out.note(f"[dim]demo:[/dim] {escape(message)}")
 
-        report = run_demo(work, threads=threads, registry=not no_registry, progress=progress)
+        spec = None
+        if not no_flywheel:
+            from kvreg.flywheel.loop import FlywheelSpec
+
+            spec = FlywheelSpec(
+                repeat_easy=repeat, repeat_hard=repeat, unseen_easy=unseen, unseen_hard=unseen
+            )
+        report = run_demo(work, threads=threads, registry=not no_registry, flywheel=spec, progress=progress)
     finally:
         if temporary and not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -131,8 +131,8 @@ def flywheel_cmd(
     unseen_hard: Annotated[int, typer.Option(min=0, help="Hard questions left out of the library.")] = 4,
     attempts: Annotated[
         int, typer.Option(min=0, help="Samples drawn per repeat question the greedy answer missed.")
-    ] = 4,
-    temperature: Annotated[float, typer.Option(min=0.01, help="Sampling temperature.")] = 0.8,
+    ] = 8,
+    temperature: Annotated[float, typer.Option(min=0.01, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     key: Annotated[str, typer.Option("--key", metavar="NAME", help="The signing key's name.")] = (
         common.DEFAULT_KEY_NAME

@@ -78,12 +78,14 @@ ANSWER = "738"
 
 # The registry act.
 NAMESPACE = "demo"
+FLYWHEEL_NAMESPACE = "flywheel"
 REMOTE = "demo-registry"
 ADMIN_USER = "admin"
 READER_USER = "reader"
 SERVER_START_TIMEOUT = 60.0
 SERVER_STOP_TIMEOUT = 10.0
 TRANSFER_JOBS = 4
+FLYWHEEL_BLOCK_SIZE = 8
 
 
 def _noop(_: str) -> None:
@@ -128,11 +130,15 @@ def run_demo(
     *,
     threads: int = 2,
     registry: bool = True,
+    flywheel: Any = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the demo in ``workdir`` (which should be empty); return the report.
 
     ``registry=False`` leaves out the registry act (``report["registry"]`` is None).
+    ``flywheel`` (a ``kvreg.flywheel.loop.FlywheelSpec``) adds the flywheel act: with the
+    registry, the library is pushed and the second exam runs in a fresh home that pulls
+    on demand; without it, everything happens in the demo's home.
     """
     say = progress or _noop
     started = time.perf_counter()
@@ -278,6 +284,21 @@ def run_demo(
             except KvregError as e:
                 failures.append(f"the registry act failed: {e.code}: {e.message}")
                 shared_registry = {"error": e.to_dict()}
+                act = None
+
+        flywheel_report: dict[str, Any] | None = None
+        if flywheel is not None:
+            try:
+                if act is not None:
+                    flywheel_report = act.flywheel(flywheel, threads, failures)
+                else:
+                    flywheel_report = _flywheel(home, key, flywheel, threads, None, say, failures)
+            except KvregError as e:
+                failures.append(f"the flywheel act failed: {e.code}: {e.message}")
+                flywheel_report = {"error": e.to_dict()}
+        if act is not None:
+            say("stopping the registry")
+            act.server.stop()
 
     return {
         "workdir": str(work),
@@ -299,10 +320,50 @@ def run_demo(
         "refusal": refusal,
         "recompute": recompute,
         "registry": shared_registry,
+        "flywheel": flywheel_report,
         "failures": failures,
         "ok": not failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
+
+
+# --- the flywheel act --------------------------------------------------------------------
+
+
+def _flywheel(
+    home: Home,
+    key: SigningKey,
+    spec: Any,
+    threads: int,
+    registry: Any,
+    say: Progress,
+    failures: list[str],
+) -> dict[str, Any]:
+    """Run the flywheel on the bundled model (``kvreg.flywheel.loop``); record what failed."""
+    from kvreg.flywheel.loop import run_flywheel
+    from kvreg.flywheel.model import model_path
+
+    say("flywheel: loading the bundled arithmetic model (blocks of 8 tokens)")
+    settings = EngineSettings(threads=threads, block_size=FLYWHEEL_BLOCK_SIZE)
+    lm = load_model(model_path(), settings, cache_dir=home.cache_dir)
+    report = run_flywheel(lm, home, key, spec, registry=registry, progress=lambda m: say(f"flywheel: {m}"))
+    data = report.to_dict()
+    m = data["metrics"]
+    if m["wrong_grafts"]:
+        failures.append(f"the flywheel made {m['wrong_grafts']} wrong grafts")
+    if m["unseen_knowledge_grafts"]:
+        failures.append("an unseen question was answered from another question's artifact")
+    if m["byte_exact_passed"] != m["byte_exact_checks"]:
+        failures.append(
+            f"{m['byte_exact_checks'] - m['byte_exact_passed']} flywheel answers were not byte-exact"
+        )
+    if not m["accuracy_goal_met"]:
+        failures.append(
+            "the flywheel's accuracy with the library is below baseline + repeat questions missed"
+        )
+    data["model"] = {"dir": str(model_path()), "fingerprint": str(lm.model_fp), **lm.info}
+    data["config_fingerprint"] = str(lm.config.fingerprint)
+    return data
 
 
 # --- the registry act --------------------------------------------------------------------
@@ -431,6 +492,10 @@ def _bootstrap(data_dir: Path, key: SigningKey) -> dict[str, Any]:
             admin_token = accounts.create_token(s, ACTOR, ADMIN_USER, label="kvreg demo").token
             accounts.create_namespace(s, ACTOR, NAMESPACE, description="kvreg demo")
             accounts.register_key(s, ACTOR, NAMESPACE, key.public_key.to_text())
+            accounts.create_namespace(
+                s, ACTOR, FLYWHEEL_NAMESPACE, public=True, description="kvreg demo: the flywheel's library"
+            )
+            accounts.register_key(s, ACTOR, FLYWHEEL_NAMESPACE, key.public_key.to_text())
             accounts.create_user(s, ACTOR, READER_USER)
             accounts.set_role(s, ACTOR, NAMESPACE, READER_USER, "read")
             reader_token = accounts.create_token(s, ACTOR, READER_USER, label="kvreg demo").token
@@ -504,6 +569,37 @@ class _RegistryAct:
         self.say("starting it in the background: kvreg serve on 127.0.0.1 (SQLite + object folder)")
         self.server.start()
 
+    def flywheel(self, spec: Any, threads: int, failures: list[str]) -> dict[str, Any]:
+        """The flywheel act: library pushed by this home, second exam in a fresh home that pulls on demand."""
+        from kvreg.engine.ask import RemoteSource
+        from kvreg.flywheel.loop import Registry
+        from kvreg.remote.auditlog import RemoteLog
+
+        asking = Home(self.work / "flywheel-home").ensure()
+        policy = TrustPolicy()
+        policy.allow(FLYWHEEL_NAMESPACE, self.key.public_key)
+        policy.save(asking.trust_path)
+        url, _ = self.server.wait()
+        self.say(
+            f"flywheel: a fresh home logs in as {READER_USER} and trusts only the demo key for "
+            f"{FLYWHEEL_NAMESPACE}; its exam pulls what it grafts on demand"
+        )
+        _login(asking, url, self.tokens["reader"])
+        with _client(self.home) as client, _client(asking) as reader:
+            audit = RemoteLog(asking, REMOTE, reader)
+            registry = Registry(
+                push_client=client, reader=RemoteSource(client=reader, audit=audit), home=asking
+            )
+            report = _flywheel(self.home, self.key, spec, threads, registry, self.say, failures)
+            audit.save()
+        report["registry"] = {
+            "url": url,
+            "namespace": FLYWHEEL_NAMESPACE,
+            "asking_home": str(asking.root),
+            "data": str(self.data_dir),
+        }
+        return report
+
     def run(self, lm: Any, refs: list[RefName], failures: list[str]) -> dict[str, Any]:
         from kvreg.remote.transfer import pull, push
 
@@ -544,8 +640,6 @@ class _RegistryAct:
             pushed_longer = _timed(push(home, client, longer, jobs=TRANSFER_JOBS), t)
             t = time.perf_counter()
             pulled_longer = _timed(pull(second, reader, longer, jobs=TRANSFER_JOBS), t)
-        say("stopping the registry")
-        self.server.stop()
         stored = _stored(self.data_dir)
 
         if pulled["digest"] != pushed["digest"]:

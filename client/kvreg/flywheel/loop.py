@@ -64,8 +64,8 @@ class FlywheelSpec:
     repeat_hard: int = 12
     unseen_easy: int = 4
     unseen_hard: int = 4
-    attempts: int = 4  # samples per repeat question the greedy answer missed
-    temperature: float = 0.8
+    attempts: int = 8  # samples per repeat question the greedy answer missed
+    temperature: float = 1.0
     seed: int = 0
     max_new_tokens: int = 160
     namespace: str = "flywheel"
