@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The work folder is kept (in .kvreg-demo/, replaced on every run) so that the commands the
+# demo prints at the end (kvreg serve --data ..., kvreg ask ...) browse what it built.
 demo: install
-	$(VENV)/bin/kvreg demo
+	rm -rf .kvreg-demo
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/kvreg demo --workdir .kvreg-demo
 
 lint: install
 	$(VENV)/bin/ruff check .
