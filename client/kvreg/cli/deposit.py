@@ -33,6 +33,7 @@ from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.store import paging
 
 _VERIFY_PANEL = "Verification and annotations"
 
@@ -104,9 +105,15 @@ def deposit_cmd(
     profile: ProfileOpt = None,
     device: DeviceOpt = None,
     block_size: BlockSizeOpt = None,
+    pin: Annotated[
+        bool, typer.Option("--pin", help="Pin NS/NAME: eviction never removes what it reaches.")
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
-    """Deposit the KV state of a text: compute, sign and store it under NS/NAME."""
+    """Deposit the KV state of a text: compute, sign and store it under NS/NAME.
+
+    With store.max-bytes set, the store is then brought back under its budget
+    (never evicting this artifact or a pinned ref's objects)."""
     out = output.get(ctx, json_output)
     ref_name = RefName.parse(ref)
     text = common.read_text_file(text_file, what="text file")
@@ -155,9 +162,13 @@ def deposit_cmd(
             verification=verification,
             annotations=annotations,
         )
+    if pin:
+        paging.pin(home, str(ref_name))
     data = result.to_dict()
     data["load_seconds"] = round(load_seconds, 6)
     data["signer_keyid"] = signing_key.public_key.keyid
+    data["pinned"] = pin
+    data["eviction"] = result.write.eviction
 
     def render(console: Console) -> None:
         m = result.manifest
@@ -180,6 +191,15 @@ def deposit_cmd(
         if verification is not None:
             table.add_row("verification", f"{escape(verification['verifier'])}: {verification['verdict']}")
         table.add_row("signed by", signing_key.public_key.keyid)
+        if pin:
+            table.add_row("pinned", "yes (never evicted)")
+        ev = result.write.eviction
+        if ev is not None and ev["evicted"]:
+            table.add_row(
+                "evicted",
+                f"{len(ev['evicted'])} other object(s), {_human_size(ev['bytes_freed'])}, "
+                "to stay under store.max-bytes",
+            )
         console.print(table)
 
     out.result(data, render)

@@ -47,6 +47,7 @@ from kvreg.cli.engine_options import (
     settings_for_recorded,
 )
 from kvreg.cli.output import JsonOpt
+from kvreg.core.digest import Digest
 from kvreg.core.errors import (
     DigestMismatchError,
     IntegrityError,
@@ -58,6 +59,7 @@ from kvreg.core.errors import (
     UsageError,
     WitnessMismatchError,
 )
+from kvreg.store import paging
 from kvreg.store.artifacts import Artifact, read_tokens
 
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
@@ -507,6 +509,7 @@ def verify_cmd(
     manifest = artifact.manifest
     with out.status(f"re-hashing the objects of {artifact.digest.short()}"):
         objects = _rehash(home, artifact)
+    paging.touch(home, [d for d in manifest.object_digests() if str(d) not in objects["missing"]])
     data: dict[str, Any] = {
         "ref": str(artifact.ref) if artifact.ref else None,
         "manifest_digest": str(artifact.digest),
@@ -548,7 +551,13 @@ def verify_cmd(
     data["ok"] = not problems
     error: KvregError | None = None
     if problems:
-        if objects["corrupt"] or objects["missing"]:
+        if objects["missing"] and not objects["corrupt"]:  # absent, not damaged: say how to get it
+            name = str(artifact.ref) if artifact.ref else None
+            error = paging.missing_object_error(
+                home, Digest(objects["missing"][0]), f"object {objects['missing'][0]}", ref=name
+            )
+            error.message = "verification failed: " + "; ".join(problems) + "; " + error.message
+        elif objects["corrupt"] or objects["missing"]:
             error = DigestMismatchError("verification failed: " + "; ".join(problems), hint="run: kvreg fsck")
         elif data["recompute"] is not None and not data["recompute"]["byte_exact"]:
             error = NotByteExactError("verification failed: " + "; ".join(problems))

@@ -3,7 +3,8 @@
 ``show`` prints an artifact's manifest after checking its digest and signature
 (``--json``: the manifest document and nothing else). ``ls`` lists refs with a
 summary of their manifests (no signature checks: it is a listing). ``cat``
-writes an object's raw bytes to stdout after re-hashing them.
+writes an object's raw bytes to stdout after re-hashing them, and records the
+read in the store's access log (the LRU order of disk paging, ``kvreg.store.paging``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
+from kvreg.store import paging
 from kvreg.store.artifacts import resolve
 
 _TEXT_PREVIEW = 600
@@ -182,7 +184,9 @@ def cat(
     """Write an object's raw bytes to stdout (re-hashed first)."""
     out = output.get(ctx)
     home = common.home(ctx)
-    data = home.objects.read(Digest(digest), verify=True)
+    target = Digest(digest)
+    data = home.objects.read(target, verify=True)
+    paging.touch(home, [target])
     out.write_bytes(data)
 
 

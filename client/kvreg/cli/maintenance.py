@@ -56,6 +56,11 @@ def fsck_cmd(
                 f"{len(report.evicted)} object(s) evicted under the store's size budget "
                 "(not damage; pull the artifacts again to restore them)"
             )
+        if report.not_fetched:
+            console.print(
+                f"{len(report.not_fetched)} object(s) not fetched (lazy pull; not damage: "
+                "kvreg pull without --lazy fetches them)"
+            )
         if report.ok:
             console.print("[green]no problems[/green]")
             return

@@ -430,6 +430,17 @@ def pull(
         typer.Option("--as", metavar="NS/NAME", help="The local ref to set (default: REF)."),
     ] = None,
     jobs: JobsOpt = 4,
+    lazy: Annotated[
+        bool,
+        typer.Option(
+            "--lazy",
+            help="Fetch only the manifest and the tokens; chunks, witness and text stay on the registry "
+            "(a later pull without --lazy, or kvreg ask --remote, fetches them).",
+        ),
+    ] = False,
+    pin: Annotated[
+        bool, typer.Option("--pin", help="Pin the local ref: eviction never removes what it reaches.")
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Pull an artifact from the remote NAME: verify its signature, fetch what is missing, set the ref.
@@ -438,12 +449,16 @@ def pull(
     list) for the local ref's namespace before any object is downloaded; every
     object is checked against its digest before it enters the store (a mismatch
     stores nothing and exits 3). An interrupted pull resumes when run again.
+    With store.max-bytes set, the store is then brought back under its budget
+    (never evicting this artifact or a pinned ref's objects).
 
     Examples:
 
       kvreg pull origin aime25/p07
 
       kvreg pull origin aime25/p07 --as mine/p07 -j 8
+
+      kvreg pull origin aime25/p07 --lazy
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -460,6 +475,8 @@ def pull(
             progress=progress,
             known_keys=known,
             audit=audit,
+            lazy=lazy,
+            pin=pin,
         )
     data = report.to_dict()
 
@@ -471,6 +488,19 @@ def pull(
             f"{fetched} of {report.objects_total} objects fetched ({_human(report.bytes_downloaded)}), "
             f"{report.objects_local} already here; ref {what}"
         )
+        if report.lazy:
+            console.print(
+                f"lazy: {report.objects_deferred} object(s) left on the registry "
+                f"(fetch them: kvreg pull {escape(name)} {escape(report.ref)})"
+            )
+        if report.pinned:
+            console.print(f"pinned {escape(report.local_ref)}")
+        ev = report.eviction
+        if ev is not None and ev["evicted"]:
+            console.print(
+                f"evicted {len(ev['evicted'])} other object(s) ({_human(ev['bytes_freed'])}) "
+                "to stay under store.max-bytes"
+            )
         console.print(f"manifest {report.digest}, signed by {report.signer or '?'}")
         line = audit_line(report.audit)
         if line:

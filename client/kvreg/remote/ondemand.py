@@ -32,7 +32,7 @@ from kvreg.core.manifest import Manifest
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
-from kvreg.remote.transfer import _known_sizes
+from kvreg.remote.transfer import known_sizes
 from kvreg.store import paging
 from kvreg.store.home import Home
 
@@ -105,7 +105,7 @@ def ensured(
                 f"manifest {manifest.digest} is not in the local store", hint="pull the artifact first"
             )
         if absent:
-            sizes = _known_sizes(manifest)
+            sizes = known_sizes(manifest)
             cap = client.limit("max_object_bytes", 0) or None
             stop = threading.Event()
             counter = Counter(progress or NullProgress(), stop)

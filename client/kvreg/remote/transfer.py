@@ -26,6 +26,22 @@ manifest, then the envelope, and the local ref is set last, by compare-and-swap
 local tag). An interrupted pull resumes: complete staged objects are not
 downloaded again and a partial one continues with a ``Range`` request.
 
+**A lazy pull** (``lazy=True``, ``kvreg pull --lazy``) checks everything as above
+but downloads only the tokens object (and stores the manifest from the envelope):
+the chunks, the witness logits and the text stay on the registry. The objects it
+did not fetch are recorded (``kvreg.store.paging.record_deferred``) before the ref
+is set, so that ``fsck`` lists them as "not fetched (lazy pull)" and a read of
+one raises ``ObjectNotFoundError`` naming the command that fetches it. A later
+pull of the ref without ``lazy`` fetches the rest; ``kvreg.remote.ondemand``
+fetches only what a graft needs.
+
+**Disk paging.** From installing the objects until the end, the pull holds a
+lease (``kvreg.store.paging.lease``) on the artifact's manifest and objects; with
+``pin`` it pins the local ref; then it brings the store back under
+``store.max-bytes`` (``evict_if_over_budget``), which never evicts the artifact
+just pulled, a pinned ref's objects or another live lease's. The report's
+``eviction`` says what was evicted (None: no budget set).
+
 **The audit log.** Given a ``RemoteLog`` (``kvreg.remote.auditlog``; the CLI
 always gives one), both first verify the registry's signed checkpoint against the
 one this store saw before (after the local checks, before the first request that
@@ -70,13 +86,14 @@ from kvreg.remote.auditlog import EntryClaim, RemoteLog, envelope_claim, ref_cla
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
+from kvreg.store import paging
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
 from kvreg.store.route_index import index_artifact
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PullReport", "PushReport", "pull", "push"]
+__all__ = ["PullReport", "PushReport", "known_sizes", "pull", "push"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,9 @@ class PushReport:
 
 @dataclass(frozen=True)
 class PullReport:
-    """What a pull did. ``objects_staged``: found complete in the staging folder of an earlier try."""
+    """What a pull did. ``objects_staged``: found complete in the staging folder of an earlier try;
+    ``objects_deferred``: left on the registry by a lazy pull; ``eviction``: what bringing the
+    store back under ``store.max-bytes`` did (``EvictReport.to_dict()``; None without a budget)."""
 
     remote: str | None
     ref: str
@@ -122,6 +141,10 @@ class PullReport:
     new: str
     ref_changed: bool
     audit: dict[str, Any] | None = None
+    lazy: bool = False
+    objects_deferred: int = 0
+    pinned: bool = False
+    eviction: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -268,6 +291,10 @@ def _local_size(home: Home, digest: Digest, ref: RefName) -> int:
     try:
         return home.objects.size(digest)
     except ObjectNotFoundError as e:
+        why = paging.absence_error(home, digest, f"object {digest} of {ref}", ref=str(ref))
+        if why is not None:  # evicted, or left on the registry by a lazy pull: say how to get it
+            why.message += "; cannot push an incomplete artifact"
+            raise why from e
         raise ObjectNotFoundError(
             f"object {digest} of {ref} is missing from the local store; cannot push an incomplete artifact",
             hint="run 'kvreg fsck'; pull or deposit the artifact again",
@@ -306,7 +333,7 @@ def _check_remote_ref(target: RefName, current: RefValue | None, digest: Digest,
 # --- pull ----------------------------------------------------------------------------------
 
 
-def _known_sizes(manifest: Manifest) -> dict[Digest, int]:
+def known_sizes(manifest: Manifest) -> dict[Digest, int]:
     """Sizes the signed manifest states (chunks, tokens, text, prompt); others are unknown."""
     sizes: dict[Digest, int] = {c.digest: c.size for c in manifest.chunks}
     sizes[manifest.tokens.digest] = 4 * manifest.token_count
@@ -343,6 +370,8 @@ def pull(
     known_keys: Iterable[PublicKey] = (),
     progress: Progress | None = None,
     audit: RemoteLog | None = None,
+    lazy: bool = False,
+    pin: bool = False,
 ) -> PullReport:
     """Pull the registry's ``ref`` into the local store as ``local_ref`` (default: the same name).
 
@@ -350,6 +379,8 @@ def pull(
     for ``local_ref``'s namespace, the one that later reads of the artifact check.
     With ``audit`` the registry's log is checked, and the ref's and envelope's
     entries proven, before any object is downloaded (the caller saves it).
+    ``lazy`` downloads only the tokens object (see the module docstring); ``pin``
+    pins ``local_ref`` once it is set.
     """
     validate_jobs(jobs)
     progress = progress or NullProgress()
@@ -396,14 +427,18 @@ def pull(
 
     digests = manifest.object_digests()
     absent = [d for d in digests if not home.objects.has(d)]
-    sizes = _known_sizes(manifest)
+    deferred: list[Digest] = []
+    if lazy:  # only the tokens (the router and the token check before a graft read them)
+        deferred = [d for d in absent if d != manifest.tokens.digest]
+        absent = [d for d in absent if d == manifest.tokens.digest]
+    sizes = known_sizes(manifest)
     cap: int | None = None
     if absent:  # objects whose size the manifest does not state are capped by the registry's limit
         cap = client.limit("max_object_bytes", 0) or None
     stop = threading.Event()
     counter = Counter(progress, stop)
 
-    with Staging(home, digest) as staging:
+    with paging.lease(home, [digest, *digests]), Staging(home, digest) as staging:
         try:
             staged_before = sum(1 for d in absent if staging.has(d))
             progress.start(_progress_total(manifest, sizes, absent), len(absent))
@@ -421,10 +456,19 @@ def pull(
             staging.discard()
             raise
         staging.discard()  # everything is in the store now
+        if deferred:  # before the ref: fsck never sees them as merely missing
+            paging.record_deferred(
+                home, deferred, remote=client.remote_name, remote_ref=str(ref), local_ref=str(dest)
+            )
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
+        if pin:
+            paging.pin(home, str(dest))
+        eviction = paging.evict_if_over_budget(home)  # never this artifact: it is leased
     index_artifact(home, manifest)  # for the router; best effort (kvreg.store.route_index)
 
-    log.info("pulled %s as %s (%s)", ref, dest, digest)
+    log.info(
+        "pulled %s as %s (%s)%s", ref, dest, digest, f", {len(deferred)} objects deferred" if lazy else ""
+    )
     return PullReport(
         remote=client.remote_name,
         ref=str(ref),
@@ -441,6 +485,10 @@ def pull(
         new=str(digest),
         ref_changed=changed,
         audit=audit_report,
+        lazy=lazy,
+        objects_deferred=len(deferred),
+        pinned=pin,
+        eviction=None if eviction is None else eviction.to_dict(),
     )
 
 

@@ -5,7 +5,9 @@ module resolves a user's target (``namespace/name`` or ``sha256:…``), checks t
 the manifest object hashes to its name, that the envelope signs exactly those
 bytes, and that a key trusted for the namespace signed it, then returns the
 manifest parsed from the signed payload. It also writes artifacts in the one
-safe order: objects, then manifest and envelope, then the ref.
+safe order: objects, then manifest and envelope, then the ref; and then brings
+the store back under ``store.max-bytes`` (``kvreg.store.paging``), never evicting
+the artifact just written (it is leased from before the first write).
 
 It does not compute KV states (``kvreg.engine``) and does not talk to registries.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kvreg.core.digest import Digest, is_digest
 from kvreg.core.envelope import Envelope, verify_envelope
@@ -23,6 +26,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.store import paging
 from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
 from kvreg.store.route_index import index_artifact
@@ -112,10 +116,14 @@ def read_tokens(home: Home, manifest: Manifest) -> list[int]:
 
 @dataclass
 class WriteReport:
+    """What :func:`store_artifact` wrote; ``eviction``: what keeping the budget evicted
+    (``EvictReport.to_dict()``; None when no budget is set or ``evict`` was False)."""
+
     objects_written: int = 0
     objects_new: int = 0
     bytes_written: int = 0
     bytes_new: int = 0
+    eviction: dict[str, Any] | None = None
 
 
 def store_artifact(
@@ -126,24 +134,30 @@ def store_artifact(
     ref: RefName | None,
     *,
     expected: Expected = ANY,
+    evict: bool = True,
 ) -> WriteReport:
-    """Write objects, then manifest and envelope, then move the ref (compare-and-swap)."""
+    """Write objects, then manifest and envelope, then move the ref (compare-and-swap);
+    then, with ``evict``, evict to stay under ``store.max-bytes`` (never this artifact)."""
     if envelope.manifest_digest != manifest.digest:
         raise DigestMismatchError("the envelope does not sign this manifest")
     report = WriteReport()
-    items = objects.items() if isinstance(objects, Mapping) else objects
-    for digest, data in items:
-        result = home.objects.put_bytes(data, expected=digest)
-        report.objects_written += 1
+    items = list(objects.items() if isinstance(objects, Mapping) else objects)
+    with paging.lease(home, [manifest.digest, *(d for d, _ in items)]):
+        for digest, data in items:
+            result = home.objects.put_bytes(data, expected=digest)
+            report.objects_written += 1
+            report.bytes_written += result.size
+            if result.new:
+                report.objects_new += 1
+                report.bytes_new += result.size
+        result = home.objects.put_bytes(manifest.raw_bytes, expected=manifest.digest)
         report.bytes_written += result.size
-        if result.new:
-            report.objects_new += 1
-            report.bytes_new += result.size
-    result = home.objects.put_bytes(manifest.raw_bytes, expected=manifest.digest)
-    report.bytes_written += result.size
-    report.bytes_new += result.size if result.new else 0
-    home.envelopes.put(manifest.digest, envelope.to_json_bytes())
-    if ref is not None:
-        home.refs.set(ref, manifest.digest, expected=expected)
+        report.bytes_new += result.size if result.new else 0
+        home.envelopes.put(manifest.digest, envelope.to_json_bytes())
+        if ref is not None:
+            home.refs.set(ref, manifest.digest, expected=expected)
+        if evict:
+            evicted = paging.evict_if_over_budget(home)
+            report.eviction = None if evicted is None else evicted.to_dict()
     index_artifact(home, manifest)  # for the router; best effort
     return report

@@ -14,8 +14,9 @@ objects already out of the way, it checks the graph:
 An object that a manifest references and that disk paging evicted
 (``kvreg.store.paging``'s access log records it) is not a problem: it is listed
 in ``report.evicted`` and does not make ``report.ok`` false; ``kvreg pull`` fetches
-it again. A missing object with no eviction record is ``object-missing``, and a
-wrong byte is always ``object-corrupt``.
+it again. Likewise an object a lazy pull (``kvreg pull --lazy``) left on the
+registry is listed in ``report.not_fetched``. A missing object with neither record
+is ``object-missing``, and a wrong byte is always ``object-corrupt``.
 
 It reports every problem in an :class:`FsckReport` and raises nothing for them:
 the caller (``kvreg fsck``) decides the exit status from ``report.ok``. It does
@@ -64,6 +65,7 @@ class ProblemKind(enum.StrEnum):
     MANIFEST_INVALID = "manifest-invalid"
     OBJECT_MISSING = "object-missing"
     OBJECT_EVICTED = "object-evicted"
+    OBJECT_NOT_FETCHED = "object-not-fetched"
     ENVELOPE_ORPHAN = "envelope-orphan"
 
 
@@ -88,6 +90,7 @@ class FsckReport:
     bytes_hashed: int = 0
     quarantined: list[Path] = field(default_factory=list)
     evicted: list[FsckProblem] = field(default_factory=list)
+    not_fetched: list[FsckProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +111,7 @@ class FsckReport:
             "quarantined": [str(p) for p in self.quarantined],
             "problems": [p.to_dict() for p in self.problems],
             "evicted": [p.to_dict() for p in self.evicted],
+            "not_fetched": [p.to_dict() for p in self.not_fetched],
         }
 
 
@@ -214,6 +218,19 @@ def fsck(
         for child in kids:
             if not objects.has(child):
                 rec = access.get(child.hex)
+                if rec is not None and rec.deferred is not None:
+                    if child not in noted:
+                        noted.add(child)
+                        d = rec.deferred
+                        report.not_fetched.append(
+                            FsckProblem(
+                                ProblemKind.OBJECT_NOT_FETCHED,
+                                child,
+                                f"object {child}, referenced by manifest {md} ({via}), was not fetched "
+                                f"(lazy pull at {format_time(d.at)}); {d.pull_command()} fetches it",
+                            )
+                        )
+                    continue
                 if rec is not None and rec.evicted_at is not None:
                     if child not in noted:
                         noted.add(child)

@@ -359,13 +359,14 @@ class ObjectStore:
         return new
 
     def _not_found(self, digest: Digest) -> ObjectNotFoundError:
-        """ "Not in the store", or, if disk paging evicted it, "evicted, pull again"."""
+        """ "Not in the store", or, if disk paging evicted it or a lazy pull left it on the
+        registry, how to get it (``kvreg.store.paging.absence_error``)."""
         try:
-            from kvreg.store.paging import evicted_error_at  # lazy: paging builds on this module
+            from kvreg.store.paging import absence_error_at  # lazy: paging builds on this module
 
-            evicted = evicted_error_at(self.root, digest)
-        except (OSError, ValueError) as exc:  # the eviction log only improves the message
-            log.debug("cannot read the eviction log: %s", exc)
+            evicted = absence_error_at(self.root, digest)
+        except (OSError, ValueError) as exc:  # the paging logs only improve the message
+            log.debug("cannot read the paging logs: %s", exc)
             evicted = None
         if evicted is not None:
             return evicted

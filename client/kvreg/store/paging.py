@@ -19,6 +19,11 @@ Files:
   eviction: what was evicted, so that ``fsck`` and ``graft`` can say "evicted, pull
   again" rather than "missing". Eviction rewrites both logs compacted (one line per
   object) atomically, under the lock.
+- ``logs/deferred``: lines ``L <unix time> <64 hex> <remote> <remote ref> <local ref>``,
+  appended and fsynced by a lazy pull (``kvreg pull --lazy``): objects of the
+  artifact it did not download (``-`` for a remote without a name), so that
+  ``fsck`` reports them as "not fetched (lazy pull)" and a read says how to fetch
+  them. Eviction's compaction keeps only the lines of objects still absent.
 - ``pins.json``: ``{"pins": ["ns/name", "sha256:…"]}``, written atomically under
   the lock. Everything a pinned ref reaches (its manifest and every object the
   manifest names) is never evicted; the pin follows the ref when it moves.
@@ -71,6 +76,7 @@ log = logging.getLogger(__name__)
 PAGING_DIR = "paging"  # under cache/
 ACCESS_LOG = "access.log"
 EVICTION_LOG = "evictions"  # under logs/
+DEFERRED_LOG = "deferred"  # under logs/
 PINS_FILE = "pins.json"
 LEASES_DIR = "leases"
 LEASE_SUFFIX = ".lease"
@@ -88,6 +94,10 @@ def access_log_path(home: Home) -> Path:
 
 def eviction_log_path(home: Home) -> Path:
     return home.logs_dir / EVICTION_LOG
+
+
+def deferred_log_path(home: Home) -> Path:
+    return home.logs_dir / DEFERRED_LOG
 
 
 def pins_path(home: Home) -> Path:
@@ -117,11 +127,30 @@ def _lock(home: Home) -> contextlib.AbstractContextManager[None]:
 
 
 @dataclass(frozen=True, slots=True)
+class Deferral:
+    """A lazy pull that left an object on the registry: when, from where, under which refs."""
+
+    at: float
+    remote: str | None
+    remote_ref: str
+    local_ref: str
+
+    def pull_command(self) -> str:
+        """The command that fetches the rest of the artifact."""
+        cmd = f"kvreg pull {self.remote or 'REMOTE'} {self.remote_ref}"
+        return cmd if self.local_ref == self.remote_ref else f"{cmd} --as {self.local_ref}"
+
+
+@dataclass(frozen=True, slots=True)
 class AccessRecord:
-    """What the access log says about one object: last read and, if any, last eviction."""
+    """What the logs say about one object: last read and why it is absent, if it is.
+
+    At most one of ``evicted_at`` and ``deferred`` is set: the later of the two
+    events, and only when it is not older than the last read."""
 
     last_access: float | None = None
     evicted_at: float | None = None
+    deferred: Deferral | None = None
 
 
 def _line(kind: str, when: float, digest: Digest) -> bytes:
@@ -152,16 +181,17 @@ def touch(home: Home, digests: Iterable[Digest], *, now: float | None = None) ->
 
 
 def read_access_log(home: Home) -> dict[str, AccessRecord]:
-    """hex → record, from the access log and the eviction log; lines that do not parse
+    """hex → record, from the access, eviction and deferred logs; lines that do not parse
     (a torn write) are skipped."""
     data = b""
-    for path in (access_log_path(home), eviction_log_path(home)):
+    for path in (access_log_path(home), eviction_log_path(home), deferred_log_path(home)):
         try:
             data += path.read_bytes() + b"\n"
         except FileNotFoundError:
             continue
     last: dict[str, float] = {}
     evicted: dict[str, float] = {}
+    deferred: dict[str, Deferral] = {}
     skipped = 0
     for raw in data.split(b"\n"):
         if not raw:
@@ -171,13 +201,18 @@ def read_access_log(home: Home) -> dict[str, AccessRecord]:
             kind, when_text, hex_ = parts[0].decode("ascii"), parts[1], parts[2].decode("ascii")
             when = float(when_text)
             if (
-                len(parts) != 3
-                or kind not in ("A", "E")
+                len(parts) != (6 if kind == "L" else 3)
+                or kind not in ("A", "E", "L")
                 or not math.isfinite(when)
                 or len(hex_) != 64
                 or not _HEX.issuperset(hex_)
             ):
                 raise ValueError(raw)
+            if kind == "L":
+                remote, remote_ref, local_ref = (p.decode("utf-8") for p in parts[3:6])
+                if when >= (deferred[hex_].at if hex_ in deferred else float("-inf")):
+                    deferred[hex_] = Deferral(when, None if remote == "-" else remote, remote_ref, local_ref)
+                continue
         except (IndexError, ValueError, UnicodeDecodeError):
             skipped += 1
             continue
@@ -185,11 +220,45 @@ def read_access_log(home: Home) -> dict[str, AccessRecord]:
         if when >= target.get(hex_, float("-inf")):
             target[hex_] = when
     if skipped:
-        log.debug("access and eviction logs: skipped %d unreadable line(s)", skipped)
-    return {
-        h: AccessRecord(last.get(h), evicted.get(h) if evicted.get(h, 0) >= last.get(h, 0) else None)
-        for h in last.keys() | evicted.keys()
-    }
+        log.debug("access, eviction and deferred logs: skipped %d unreadable line(s)", skipped)
+    out: dict[str, AccessRecord] = {}
+    for h in last.keys() | evicted.keys() | deferred.keys():
+        used = last.get(h)
+        e = evicted.get(h)
+        d = deferred.get(h)
+        if e is not None and used is not None and e < used:
+            e = None
+        if d is not None and used is not None and d.at < used:
+            d = None
+        if e is not None and d is not None:  # the later event explains the absence
+            if d.at > e:
+                e = None
+            else:
+                d = None
+        out[h] = AccessRecord(used, e, d)
+    return out
+
+
+def record_deferred(
+    home: Home,
+    digests: Iterable[Digest],
+    *,
+    remote: str | None,
+    remote_ref: str,
+    local_ref: str,
+    now: float | None = None,
+) -> None:
+    """Record (fsynced) that a lazy pull left ``digests`` on the registry."""
+    when = time.time() if now is None else now
+    names = (remote or "-", remote_ref, local_ref)
+    if any(not n or any(c.isspace() for c in n) for n in names):
+        raise UsageError(f"cannot record a deferral from {names!r}: names must be non-empty, without spaces")
+    where = " ".join(names)
+    data = b"".join(f"L {when:.6f} {Digest(d).hex} {where}\n".encode() for d in dict.fromkeys(digests))
+    if not data:
+        return
+    with _lock(home):
+        append_durable(deferred_log_path(home), data)
 
 
 def eviction_time(home: Home, digest: Digest) -> float | None:
@@ -205,36 +274,59 @@ def format_time(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def evicted_error(
+def deferred_error(what: str, digest: Digest, deferral: Deferral) -> ObjectNotFoundError:
+    """The error for reading an object a lazy pull left on the registry."""
+    remote = deferral.remote or "REMOTE"
+    return ObjectNotFoundError(
+        f"{what} ({Digest(digest).short()}) was not fetched: {deferral.local_ref} was pulled with "
+        f"--lazy at {format_time(deferral.at)}, which downloads only the manifest and the tokens",
+        hint=f"fetch the rest of the artifact: {deferral.pull_command()}; or let "
+        f"'kvreg ask --remote {remote}' fetch the chunks a graft needs on demand",
+        digest=str(digest),
+        evicted=False,
+        deferred=True,
+    )
+
+
+def absence_error(
     home: Home, digest: Digest, what: str, *, ref: str | None = None
 ) -> ObjectNotFoundError | None:
-    """The "evicted, pull again" error for an object eviction removed, or None if it was not evicted."""
-    when = eviction_time(home, digest)
-    if when is None:
+    """Why ``digest`` is absent, as an error: evicted ("pull again") or left on the registry
+    by a lazy pull ("pull the rest"); None if the logs do not say."""
+    try:
+        rec = read_access_log(home).get(Digest(digest).hex)
+    except OSError:
+        return None
+    if rec is None:
+        return None
+    if rec.deferred is not None:
+        return deferred_error(what, digest, rec.deferred)
+    if rec.evicted_at is None:
         return None
     again = f"kvreg pull REMOTE {ref}" if ref else "kvreg pull REMOTE REF"
     return ObjectNotFoundError(
-        f"{what} ({Digest(digest).short()}) was evicted from the local store at {format_time(when)} "
-        f"to keep it under {config.MAX_BYTES_KEY}",
+        f"{what} ({Digest(digest).short()}) was evicted from the local store at "
+        f"{format_time(rec.evicted_at)} to keep it under {config.MAX_BYTES_KEY}",
         hint=f"pull the artifact again: {again} (and 'kvreg pin' it to keep it)",
         digest=str(digest),
         evicted=True,
     )
 
 
-def evicted_error_at(root: str | os.PathLike[str], digest: Digest) -> ObjectNotFoundError | None:
-    """:func:`evicted_error` for the store at ``root`` (``ObjectStore`` knows only its root)."""
+def absence_error_at(root: str | os.PathLike[str], digest: Digest) -> ObjectNotFoundError | None:
+    """:func:`absence_error` for the store at ``root`` (``ObjectStore`` knows only its root)."""
     from kvreg.store.home import Home
 
-    return evicted_error(Home(root), digest, f"object {Digest(digest)}")
+    return absence_error(Home(root), digest, f"object {Digest(digest)}")
 
 
 def missing_object_error(
     home: Home, digest: Digest, what: str, *, ref: str | None = None
 ) -> ObjectNotFoundError:
     """The error for an object a read needs and the store lacks: says whether it was evicted
-    and how to get it back. Exit 1, not the integrity failure a wrong byte is."""
-    found = evicted_error(home, digest, what, ref=ref)
+    or not fetched by a lazy pull, and how to get it. Exit 1, not the integrity failure a
+    wrong byte is."""
+    found = absence_error(home, digest, what, ref=ref)
     if found is not None:
         return found
     again = f"kvreg pull REMOTE {ref}" if ref else "kvreg pull REMOTE REF"
@@ -247,17 +339,22 @@ def missing_object_error(
 
 
 def _compact(home: Home, present: set[str], records: dict[str, AccessRecord]) -> None:
-    """Rewrite both logs with one line per object (caller holds ``_lock``)."""
+    """Rewrite the three logs with one line per object (caller holds ``_lock``)."""
     used: list[bytes] = []
     gone: list[bytes] = []
+    left: list[bytes] = []
     for h in sorted(records):
         rec = records[h]
         if h in present and rec.last_access is not None:
             used.append(f"A {rec.last_access:.6f} {h}\n".encode("ascii"))
         elif h not in present and rec.evicted_at is not None:
             gone.append(f"E {rec.evicted_at:.6f} {h}\n".encode("ascii"))
+        elif h not in present and (d := rec.deferred) is not None:
+            where = f"{d.remote or '-'} {d.remote_ref} {d.local_ref}"
+            left.append(f"L {d.at:.6f} {h} {where}\n".encode())
     home.tmp_dir.mkdir(parents=True, exist_ok=True)
-    for path, lines in ((access_log_path(home), used), (eviction_log_path(home), gone)):
+    logs = ((access_log_path(home), used), (eviction_log_path(home), gone), (deferred_log_path(home), left))
+    for path, lines in logs:
         atomic_write_bytes(path, b"".join(lines), mode=0o644, tmp_dir=home.tmp_dir)
 
 
@@ -583,9 +680,15 @@ def evict(
 
 
 def evict_if_over_budget(home: Home) -> EvictReport | None:
-    """Evict when ``store.max-bytes`` is set and exceeded (after a deposit or pull); never raises
-    for a store that cannot be brought under budget. Returns None when no budget is set."""
+    """Evict when ``store.max-bytes`` is set and exceeded (after a deposit, a pull or an
+    on-demand fetch; the caller leases what it just wrote). Returns None when no budget is
+    set, or when eviction refused to run (a damaged ref or manifest: logged, not raised,
+    because the write before it succeeded; ``kvreg fsck`` says what is wrong)."""
     budget = config.max_bytes(home)
     if budget is None:
         return None
-    return evict(home, max_bytes=budget)
+    try:
+        return evict(home, max_bytes=budget)
+    except KvregError as exc:
+        log.warning("the store is over its budget but nothing was evicted: %s", exc.message)
+        return None
