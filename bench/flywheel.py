@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['repeat_decoded_tokens_before'] / v['mean_decoded_tokens']:.1f}x fewer than the baseline"
     )
     console.print(f"   {data['seconds']}")
+    data["library"] = {k: v for k, v in data["library"].items() if k != "refs"}
     print(json.dumps({k: v for k, v in data.items() if k != "answers"}, sort_keys=True))
     bad = (
         m["wrong_grafts"] or m["byte_exact_passed"] != m["byte_exact_checks"] or m["unseen_knowledge_grafts"]
