@@ -26,6 +26,7 @@ from kvreg_registry.api.routes_artifacts import router as artifacts_router
 from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
+from kvreg_registry.api.routes_route import router as route_router
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.services.log import AuditLog, load_or_create_key
 from kvreg_registry.settings import Settings
@@ -80,7 +81,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_object_bytes=settings.max_object_bytes,
         max_json_bytes=settings.max_json_bytes,
     )
-    for router in (admin_router, objects_router, artifacts_router, log_router, compliance_router):
+    for router in (
+        admin_router,
+        objects_router,
+        artifacts_router,
+        log_router,
+        compliance_router,
+        route_router,
+    ):
         app.include_router(router, prefix=API_PREFIX)
     install_web(app)
     return app

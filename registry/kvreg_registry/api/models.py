@@ -181,6 +181,7 @@ class Limits(BaseModel):
     max_object_bytes: int
     max_json_bytes: int
     max_missing_digests: int
+    max_route_keys: int = Field(description="block keys per POST /route")
 
 
 class ServerInfo(BaseModel):
@@ -310,3 +311,46 @@ class ReceiptList(BaseModel):
     total: int
     limit: int
     offset: int
+
+
+# --- the router -----------------------------------------------------------------------------
+
+
+class RouteIn(Strict):
+    """``POST /api/v1/route``: the prompt's block keys under one engine (``kvreg.core.blockkey``)."""
+
+    model_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the model")
+    tokenizer_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the tokenizer")
+    config_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the engine config")
+    block_size: int = Field(description="tokens per block of the prompt's keys (1 to 1048576)")
+    block_keys: list[str] = Field(
+        description="the prompt's block keys in order, block 0 first (at most 4096, all different); "
+        "empty for a prompt shorter than one block",
+        json_schema_extra={"maxItems": 4096},
+    )
+    namespaces: list[str] | None = Field(
+        default=None,
+        description="only these namespaces (at most 100); null: every namespace the caller can read",
+        json_schema_extra={"maxItems": 100},
+    )
+    limit: int = Field(default=20, description="at most this many candidates (1 to 100)")
+
+
+class RouteCandidateOut(BaseModel):
+    namespace: str
+    manifest_digest: str
+    refs: list[str] = Field(description="names of the refs of the namespace that point at the artifact")
+    matched_blocks: int = Field(
+        description="leading prompt keys the artifact holds at the same index (0 with no keys)"
+    )
+    token_count: int
+    prompt_tokens: int | None = Field(description="the manifest's prompt.token_count, if it records one")
+    block_size: int
+    verdict: str | None
+    verifier: str | None
+    created_at: str = Field(description="when the registry stored it (UTC)")
+
+
+class RouteOut(BaseModel):
+    candidates: list[RouteCandidateOut]
+    limit: int

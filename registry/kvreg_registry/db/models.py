@@ -216,6 +216,14 @@ class Envelope(Base):
         Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
         # The search filters' values per namespace, without reading the rows (search.facets).
         Index("ix_envelopes_facets", "namespace_id", "model_name", "verifier", "verdict"),
+        # The router's listing of the artifacts of one engine (services.route, migration 0005).
+        Index(
+            "ix_envelopes_route",
+            "model_fingerprint",
+            "tokenizer_fingerprint",
+            "config_fingerprint",
+            "block_size",
+        ),
     )
     # ``search_text`` also has a full-text index that SQLAlchemy cannot declare (migration
     # 0004: an FTS5 table with triggers on SQLite; on PostgreSQL a stored generated column
@@ -245,6 +253,9 @@ class Envelope(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The audit entry that recorded it (clients check its inclusion in the log).
     log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # The manifest's ``prompt.token_count`` (None: no prompt recorded), for the router
+    # (``kvreg_registry.services.route``; migration 0005).
+    prompt_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class EnvelopeObject(Base):
@@ -272,6 +283,35 @@ class EnvelopeObject(Base):
     manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
     digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
     position: Mapped[int] = mapped_column(Integer)
+
+
+class EnvelopeBlock(Base):
+    """Block ``block_index`` of an envelope's manifest has block key ``block_key``
+    (``manifest.chunks[i].block_key``, ``kvreg.core.blockkey``): the registry's route index.
+
+    Written with the envelope (``services.envelopes.store``), gone with it (deleted
+    explicitly, and by the cascade); looked up by key (``services.route``). The keys are
+    what the signed manifest says; the registry cannot recompute them (it has no tokens
+    to hash), so a client checks tokens before any graft, as it does for local routes."""
+
+    __tablename__ = "envelope_blocks"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["namespace_id", "manifest_digest"],
+            ["envelopes.namespace_id", "envelopes.manifest_digest"],
+            name="fk_envelope_blocks_envelope",
+            ondelete="CASCADE",
+        ),
+        _digest_check("block_key"),
+        CheckConstraint("block_index >= 0", name="block_index_not_negative"),
+        # Looked up by key, compared with the key's position in the prompt: covers the lookup.
+        Index("ix_envelope_blocks_block_key", "block_key", "block_index", "namespace_id", "manifest_digest"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    block_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    block_key: Mapped[str] = mapped_column(String(DIGEST_LEN))
 
 
 class Ref(Base):

@@ -4,7 +4,8 @@ Order of checks (docs/protocol.md): the envelope parses; its payload hashes to t
 digest in the URL; a signature verifies with a non-revoked key registered for the
 namespace; the manifest parses and its Merkle root matches its chunk list; the
 namespace holds every object the manifest references. Only then are the envelope,
-its search fields and an audit entry written, in one transaction.
+its search fields, its block keys (the route index, ``services.route``) and an audit
+entry written, in one transaction.
 
 Deleting one (by a namespace admin, or by retention during GC) is refused under a
 legal hold and while a ref points at it, and leaves an ``envelope.deleted``
@@ -36,7 +37,7 @@ from kvreg.core.manifest import Manifest
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
-from kvreg_registry.db.models import EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
+from kvreg_registry.db.models import EnvelopeBlock, EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
 from kvreg_registry.services import holds, search
 from kvreg_registry.services import objects as object_service
 
@@ -178,6 +179,7 @@ def store(
         block_size=manifest.block_size,
         size=sizes,
         merkle_root=manifest.merkle_root,
+        prompt_tokens=manifest.prompt.token_count if manifest.prompt is not None else None,
         created_by=principal.name,
         **fields,
     )
@@ -190,6 +192,19 @@ def store(
             for i, d in enumerate(referenced)
         ],
     )
+    if manifest.chunks:
+        session.execute(
+            EnvelopeBlock.__table__.insert(),
+            [
+                {
+                    "namespace_id": ns.id,
+                    "manifest_digest": checked.digest,
+                    "block_index": c.index,
+                    "block_key": c.block_key,
+                }
+                for c in manifest.chunks
+            ],
+        )
     seq = audit.append(
         session,
         "envelope.stored",
@@ -261,6 +276,11 @@ def remove(
     old = tombstone(row)
     try:
         with session.begin_nested():
+            session.execute(
+                delete(EnvelopeBlock).where(
+                    EnvelopeBlock.namespace_id == ns.id, EnvelopeBlock.manifest_digest == digest
+                )
+            )
             session.execute(
                 delete(EnvelopeObject).where(
                     EnvelopeObject.namespace_id == ns.id, EnvelopeObject.manifest_digest == digest
