@@ -19,8 +19,9 @@ One run:
 3. **A budget below the library**: a real registry (``kvreg serve``, SQLite +
    folder, on loopback) receives ``--remote-artifacts`` artifacts chosen at random;
    a fresh store with ``store.max-bytes`` = ``--budget-fraction`` of their bytes pulls
-   them all with ``lazy=True`` (manifests and tokens only), then grafts artifacts at
-   random, each a prefix of k random blocks: ``kvreg.remote.ondemand.ensured`` fetches
+   them all with ``lazy=True`` (manifests and tokens only), then makes
+   ``--budget-grafts`` grafts of artifacts chosen at random, each a prefix of k random
+   blocks: ``kvreg.remote.ondemand.ensured`` fetches
    the objects the graft reads, verified, and evicts others to stay under the budget;
    the graft runs in a fresh subprocess as in 2. Checked: only needed objects are
    fetched, the bytes fetched equal the sizes of the needed chunks that were absent,
@@ -32,7 +33,8 @@ check fails. ``--quick`` is the smoke test's small run; its figures mean nothing
 Usage::
 
     .venv/bin/python bench/paging.py [--tokens 2850000] [--artifact-tokens 4096]
-        [--block-size 256] [--grafts 5] [--remote-artifacts 16] [--budget-fraction 0.25]
+        [--block-size 256] [--grafts 5] [--remote-artifacts 16] [--budget-grafts 12]
+        [--budget-fraction 0.1]
         [--seed 0] [--quick] [--out bench/out]
 """
 
@@ -271,7 +273,7 @@ def budget_run(
             lazy_seconds = time.perf_counter() - t
             after_lazy = home.objects.usage().bytes
             rows: list[dict[str, Any]] = []
-            for _ in range(args.grafts):
+            for _ in range(args.budget_grafts):
                 ref = rng.choice(chosen)
                 manifest = open_artifact(home, ref).manifest
                 k = rng.randint(1, len(manifest.chunks))
@@ -308,6 +310,8 @@ def budget_run(
         "store_bytes_after_lazy_pulls": after_lazy,
         "lazy_pull_seconds": round(lazy_seconds, 3),
         "max_store_bytes": max(r["store_bytes"] for r in rows),
+        "evicted_total": sum(r["evicted"] for r in rows),
+        "bytes_fetched_total": sum(r["bytes_fetched"] for r in rows),
         **summarize(rows),
         "rows": rows,
     }
@@ -352,7 +356,10 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['bytes_fetched'] / 1024:>11.1f} {r['evicted']:>7} {r['store_bytes'] / 2**20:>9.2f} "
                 f"{mib(r['vm_hwm_kib']):>12}"
             )
-        lines.append(f"max store bytes {b['max_store_bytes']:,} <= budget {b['budget_bytes']:,}")
+        lines.append(
+            f"fetched {b['bytes_fetched_total']:,} B in all, evicted {b['evicted_total']} objects; "
+            f"max store bytes {b['max_store_bytes']:,} (budget {b['budget_bytes']:,})"
+        )
     lines += ["", "checks: " + ", ".join(f"{k}={v}" for k, v in report["checks"].items())]
     lines.append(f"command: {report['command']}")
     return "\n".join(lines)
@@ -363,9 +370,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=2_850_000, help="Library size in tokens.")
     p.add_argument("--artifact-tokens", type=int, default=4096)
     p.add_argument("--block-size", type=int, default=256)
-    p.add_argument("--grafts", type=int, default=5, help="Grafts per library size (and in the budget run).")
+    p.add_argument("--grafts", type=int, default=5, help="Grafts per library size.")
     p.add_argument("--remote-artifacts", type=int, default=16)
-    p.add_argument("--budget-fraction", type=float, default=0.25)
+    p.add_argument("--budget-grafts", type=int, default=12, help="Grafts in the budget run.")
+    p.add_argument("--budget-fraction", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-budget", action="store_true", help="Skip the budget run (no registry).")
     p.add_argument("--quick", action="store_true", help="A small run for the smoke test.")
@@ -375,7 +383,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.tokens, args.artifact_tokens, args.block_size = 40_000, 1024, 128
-        args.grafts, args.remote_artifacts, args.budget_fraction = 2, 4, 0.6
+        args.grafts, args.remote_artifacts, args.budget_grafts, args.budget_fraction = 2, 4, 3, 0.6
     if args.tokens <= 0 or args.artifact_tokens <= 0 or args.block_size <= 0:
         p.error("sizes must be positive")
     if not 0 < args.budget_fraction < 1:
