@@ -40,7 +40,7 @@ from kvreg.core.trust import TrustPolicy
 from kvreg.engine.route import MODES as ROUTE_MODES
 from kvreg.engine.route import RoutedGeneration, RoutePlan, generate_planned, route
 from kvreg.engine.runtime import LoadedModel
-from kvreg.store.artifacts import Artifact
+from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ _TRY: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_CANDIDATES = 20  # asked of the registry
 DEFAULT_PULLS = 3  # lazy pulls per request, at most
+MAX_ROUTE_KEYS = 4096  # the registry's cap; a longer prompt is routed on its first blocks
 
 
 @dataclass
@@ -251,7 +252,7 @@ def _discover(
             tokenizer_fingerprint=lm.tokenizer_fp,
             config_fingerprint=lm.config.fingerprint,
             block_size=block,
-            block_keys=keys,
+            block_keys=keys[:MAX_ROUTE_KEYS],
             namespaces=remote.namespaces,
             limit=remote.candidates,
         )
@@ -264,7 +265,10 @@ def _discover(
     for c in candidates:
         if len(report.pulled) >= remote.max_pulls:
             break
-        if not _useful(c, tries, len(prompt), full_blocks) or home.objects.has(c.manifest_digest):
+        if not _useful(c, tries, len(prompt), full_blocks):
+            continue
+        if home.objects.has(c.manifest_digest):  # here already; its tokens may have been evicted
+            _restore_tokens(home, c, remote, policy, report)
             continue
         if not c.refs:
             report.skipped.append(
@@ -288,6 +292,29 @@ def _discover(
             continue
         report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
     return report
+
+
+def _restore_tokens(
+    home: Home, c: RouteCandidate, remote: RemoteSource, policy: TrustPolicy, report: RemoteReport
+) -> None:
+    """Fetch the tokens object of a local artifact that eviction removed (the router compares them)."""
+    from kvreg.remote.ondemand import ensure_objects
+
+    for name in c.refs:
+        ref = RefName(c.namespace, name)
+        if home.refs.get_or_none(ref) != c.manifest_digest:
+            continue
+        try:
+            manifest = open_artifact(home, str(ref), trust=policy).manifest
+            if not home.objects.has(manifest.tokens.digest):
+                got = ensure_objects(
+                    home, remote.client, c.namespace, manifest, [manifest.tokens.digest], jobs=1, evict=False
+                )
+                report.fetched_objects += len(got.fetched)
+                report.fetched_bytes += got.bytes_fetched
+        except KvregError as exc:
+            report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
+        return
 
 
 @contextlib.contextmanager
