@@ -1,8 +1,9 @@
 """Lazy pull against a real registry, and disk paging after a pull.
 
 ``kvreg pull --lazy`` checks the signature and downloads only the manifest and the
-tokens; fsck lists the rest as "not fetched (lazy pull)", reads of it say how to
-fetch it (exit 1), a full pull fetches exactly the rest. The path ``kvreg ask
+tokens; the route index learns it; fsck lists the rest as "not fetched (lazy pull)",
+reads of it (cat, verify, graft, push) say how to fetch it (exit 1), a full pull
+fetches exactly the rest. The path ``kvreg ask
 --remote`` takes (lazy pull, then ``ondemand.ensured`` for a 1-block prefix graft)
 grafts byte-exactly against no cache having fetched one chunk. A pull under a budget
 evicts others, never itself or a pinned ref.
@@ -33,7 +34,7 @@ def _deferred(manifest: Any) -> set[str]:
     return {str(d) for d in manifest.object_digests()} - {str(manifest.tokens.digest)}
 
 
-def test_lazy_pull_then_fsck_reads_and_a_full_pull(
+def test_lazy_pull_then_route_fsck_reads_and_a_full_pull(
     registry: Registry, depositor: dict[str, Any], make_home, llama: Path
 ) -> None:
     ns, dst = _pushed(registry, depositor, make_home, "p07")
@@ -51,12 +52,23 @@ def test_lazy_pull_then_fsck_reads_and_a_full_pull(
     assert all("not fetched (lazy pull" in p["message"] for p in fsck["not_fetched"])
     assert "not fetched (lazy pull" in kvreg(dst, "fsck").out
     kvreg(dst, "show", ref)  # the manifest is here, signature checked
+    # the route index learned the artifact, as after a full pull (the router then needs the
+    # chunks: kvreg ask --remote fetches them on demand)
+    from kvreg.store.home import Home
+    from kvreg.store.route_index import RouteIndex
+
+    with RouteIndex(Home(dst)) as index:
+        indexed = index.manifest(manifest.digest)
+        hits = index.lookup([manifest.chunks[0].block_key])
+    assert indexed is not None and indexed.token_count == manifest.token_count
+    assert [str(h.digest) for h in hits] == [str(manifest.digest)]
 
     chunk = str(manifest.chunks[0].digest)
     for args in (
         ["cat", chunk],
         ["verify", ref],
         ["graft", ref, "--model", llama, "--max-new-tokens", "2"],
+        ["push", "origin", ref, "--as", f"{ns}/copy"],
     ):
         err = kvreg(dst, "--json", *args, expect=1).json["error"]
         assert err["code"] == "OBJECT_UNKNOWN", (args, err)
