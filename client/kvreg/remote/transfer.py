@@ -35,7 +35,7 @@ one raises ``ObjectNotFoundError`` naming the command that fetches it. A later
 pull of the ref without ``lazy`` fetches the rest; ``kvreg.remote.ondemand``
 fetches only what a graft needs.
 
-**Disk paging.** From installing the objects until the end, the pull holds a
+**Disk paging.** From installing the verified objects until the end, the pull holds a
 lease (``kvreg.store.paging.lease``) on the artifact's manifest and objects; with
 ``pin`` it pins the local ref; then it brings the store back under
 ``store.max-bytes`` (``evict_if_over_budget``), which never evicts the artifact
@@ -438,7 +438,7 @@ def pull(
     stop = threading.Event()
     counter = Counter(progress, stop)
 
-    with paging.lease(home, [digest, *digests]), Staging(home, digest) as staging:
+    with contextlib.ExitStack() as held, Staging(home, digest) as staging:
         try:
             staged_before = sum(1 for d in absent if staging.has(d))
             progress.start(_progress_total(manifest, sizes, absent), len(absent))
@@ -449,6 +449,9 @@ def pull(
                 staging.fetch(client, ns, d, size=sizes.get(d), cap=cap, counter=counter)
 
             run_parallel(absent, fetch, jobs, stop)
+            # Verified; from here to the end the artifact is leased (eviction leaves it alone).
+            # Not before: a refused download leaves no trace in the store, not even a lease.
+            held.enter_context(paging.lease(home, [digest, *digests]))
             staging.install(absent)
             home.objects.put_bytes(envelope.payload, expected=digest)
             home.envelopes.put(digest, envelope_bytes)
