@@ -49,6 +49,7 @@ SIGNATURE_PREFIX = "\u2014 "  # EM DASH, then one space
 MAX_NOTE_BYTES = 1 << 20
 MAX_SIGNATURES = 100
 _NAME = re.compile(r"[^\s+]+")
+_SIZE = re.compile(r"0|[1-9][0-9]{0,19}", re.ASCII)  # ASCII digits only: str.isdigit() also takes '²'
 
 
 def _key_id(name: str, public: PublicKey) -> bytes:
@@ -128,11 +129,11 @@ def parse_checkpoint_body(body: str) -> Checkpoint:
     if len(lines) < 4 or lines[-1] != "":
         raise SignatureError("a checkpoint body is origin, size and root hash, each on its own line")
     origin, size_text, root_text = lines[0], lines[1], lines[2]
-    if not size_text.isdigit() or (size_text != "0" and size_text.startswith("0")) or len(size_text) > 20:
+    if _SIZE.fullmatch(size_text) is None:
         raise SignatureError(f"invalid checkpoint size {size_text!r}")
     try:
         root = base64.b64decode(root_text, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a non-ASCII str
         raise SignatureError("the checkpoint root is not base64") from None
     return Checkpoint(origin, int(size_text), root)
 
@@ -159,7 +160,13 @@ def verify_signed_checkpoint(note: str, verifier: NoteVerifier) -> Checkpoint:
 
 def open_note(note: str, verifier: NoteVerifier) -> str:
     """Verify a signed note with ``verifier`` and return its body; raise ``SignatureError``."""
-    if not isinstance(note, str) or len(note.encode("utf-8")) > MAX_NOTE_BYTES:
+    if not isinstance(note, str) or len(note) > MAX_NOTE_BYTES:
+        raise SignatureError("a signed note is text of at most 1 MiB")
+    try:
+        size = len(note.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise SignatureError("a signed note is UTF-8 text (it holds an unpaired surrogate)") from None
+    if size > MAX_NOTE_BYTES:
         raise SignatureError("a signed note is text of at most 1 MiB")
     cut = note.rfind("\n\n")
     if cut < 0:
@@ -178,7 +185,7 @@ def open_note(note: str, verifier: NoteVerifier) -> str:
             raise SignatureError(f"malformed signature line {line[:60]!r}")
         try:
             raw = base64.b64decode(blob, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or a non-ASCII str
             raise SignatureError("a signature line is not base64") from None
         if len(raw) < 5:
             raise SignatureError("a signature line is too short")
