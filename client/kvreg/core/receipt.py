@@ -109,7 +109,10 @@ def parse_time(value: Any, where: str = "time") -> dt.datetime:
         raise _fail(f"{where} {value!r} is not an RFC 3339 time") from None
     if t.tzinfo is None or "T" not in value:
         raise _fail(f"{where} {value!r} needs a date, a time and a UTC offset (e.g. ...Z)")
-    return t.astimezone(dt.UTC)
+    try:
+        return t.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise _fail(f"{where} {value!r} is out of range in UTC") from None
 
 
 @dataclass(frozen=True)
