@@ -96,7 +96,7 @@ def parse_chunk(
         raise ChunkInvalidError("chunk metadata must hold exactly the 'kvreg.chunk' entry")
     try:
         meta = json.loads(raw_meta)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: hostile nesting ([[[[...)
         raise ChunkInvalidError("chunk metadata is not valid JSON") from None
     if meta != layout.metadata():
         raise ChunkInvalidError(
