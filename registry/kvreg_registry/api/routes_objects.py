@@ -11,6 +11,7 @@ digest while the bytes travel.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -176,6 +177,9 @@ async def put_object(
     return JSONResponse(body.model_dump(), status_code=201 if seq is not None else 200)
 
 
+_RANGE_NUMBER = re.compile(r"[0-9]{1,20}", re.ASCII)
+
+
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     """``(start, end_exclusive)`` for one ``bytes=`` range, or None for no header.
 
@@ -189,19 +193,21 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
             f"unsupported Range {header!r}", hint="one range: bytes=A-B, bytes=A- or bytes=-N"
         )
     first, sep, last = spec.strip().partition("-")
+    # ASCII digits only (RFC 9110 DIGIT): str.isdigit() also takes '²' and '١', which int()
+    # then refuses or reads as another number; at most 20 of them, so no huge int is built.
     if (
         not sep
-        or (first and not first.isdigit())
-        or (last and not last.isdigit())
+        or (first and _RANGE_NUMBER.fullmatch(first) is None)
+        or (last and _RANGE_NUMBER.fullmatch(last) is None)
         or (not first and not last)
     ):
-        raise RequestInvalidError(f"malformed Range {header!r}")
-    if len(first) > 20 or len(last) > 20:
         raise RequestInvalidError(f"malformed Range {header!r}")
     if not first:
         n = int(last)
         if n == 0:
             raise RangeNotSatisfiableError("an empty suffix range", size=size)
+        if size == 0:  # no byte to send: (0, 0) would give "Content-Range: bytes 0--1/0"
+            raise RangeNotSatisfiableError("a suffix range of an empty object", size=size)
         return max(0, size - n), size
     start = int(first)
     end = size if not last else min(int(last) + 1, size)
