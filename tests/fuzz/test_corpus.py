@@ -1,0 +1,91 @@
+"""Replays the fuzz corpus (``tests/fuzz/corpus/<parser>/*``): every input that once
+crashed a parser, or was accepted though invalid, must now be refused with the
+parser's typed error. See ``corpus/README.md`` for the format of each folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvreg.core.checkpoint import NoteVerifier, open_note, parse_checkpoint_body
+from kvreg.core.envelope import Envelope
+from kvreg.core.errors import (
+    ChunkInvalidError,
+    ConfigError,
+    EnvelopeInvalidError,
+    InvalidNameError,
+    KvregError,
+    ManifestInvalidError,
+    MerkleProofError,
+    RangeNotSatisfiableError,
+    ReceiptInvalidError,
+    RequestInvalidError,
+    SignatureError,
+)
+from kvreg.core.keys import SigningKey
+from kvreg.core.manifest import Manifest
+from kvreg.core.names import RefName
+from kvreg.core.receipt import Receipt
+from kvreg.core.safetensors_header import parse_header
+from kvreg.core.trust import TrustPolicy
+from kvreg.engine.chunks import ChunkLayout, parse_chunk
+from kvreg_registry.api.routes_objects import parse_range
+
+CORPUS = Path(__file__).parent / "corpus"
+VERIFIER = NoteVerifier("log", SigningKey.from_seed(bytes(32)).public_key)
+LAYOUT = ChunkLayout(start=0, end=4, num_layers=2, kv_heads=2, head_dim=4, dtype=torch.float32)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _range(data: bytes) -> None:
+    size, _, header = _text(data).partition("\n")
+    with pytest.raises((RequestInvalidError, RangeNotSatisfiableError)):
+        parse_range(header, int(size))
+
+
+def _checkpoint(data: bytes) -> None:
+    with pytest.raises(SignatureError):
+        open_note(_text(data), VERIFIER)
+    with pytest.raises(SignatureError):
+        parse_checkpoint_body(_text(data))
+
+
+def _refused(fn: Callable[[bytes], object], *errors: type[KvregError]) -> Callable[[bytes], None]:
+    def check(data: bytes) -> None:
+        with pytest.raises(errors):
+            fn(data)
+
+    return check
+
+
+REPLAY: dict[str, Callable[[bytes], None]] = {
+    "range": _range,
+    "checkpoint": _checkpoint,
+    "receipt": _refused(Receipt.from_payload, ReceiptInvalidError),
+    "chunk": _refused(lambda b: parse_chunk(bytearray(b), LAYOUT), ChunkInvalidError),
+    "safetensors": _refused(lambda b: parse_header(b, total_size=len(b)), ChunkInvalidError),
+    "manifest": _refused(Manifest.from_bytes, ManifestInvalidError, MerkleProofError),
+    "envelope": _refused(Envelope.from_json_bytes, EnvelopeInvalidError),
+    "trust": _refused(TrustPolicy.from_json_bytes, ConfigError),
+    "name": _refused(lambda b: RefName.parse(_text(b)), InvalidNameError),
+}
+
+FILES = sorted(p for p in CORPUS.glob("*/*") if p.is_file())
+
+
+def test_corpus_folders_are_known() -> None:
+    folders = {p.name for p in CORPUS.iterdir() if p.is_dir()}
+    assert folders <= REPLAY.keys(), folders - REPLAY.keys()
+    assert FILES, "the corpus holds the crashers found so far; it is never empty"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_corpus_input_is_refused(path: Path) -> None:
+    REPLAY[path.parent.name](path.read_bytes())
