@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,18 +27,16 @@ from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select, text, update
 
-from kvreg.core.blockkey import block_keys
+from core.manifest_helpers import signed_artifact
+from kvreg.core.blockkey import block_keys, pack_tokens
 from kvreg.core.digest import Digest
-from kvreg.core.envelope import sign_envelope
-from kvreg.core.manifest import Manifest
-from kvreg.core.merkle import chunk_merkle_root
 from kvreg_registry.app import create_app
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, alembic_config, upgrade
 from kvreg_registry.db.models import Envelope, EnvelopeBlock, LogHead
 from kvreg_registry.services import accounts, route
 from kvreg_registry.settings import Settings
-from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, chunk_bytes
+from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
 OTHER_MODEL_FP = Digest.of_bytes(b"route-other-model")
@@ -88,80 +85,24 @@ def publish(
 ) -> Digest:
     """Publish an artifact of ``tokens`` as ``kvreg push`` does (objects, signed envelope, ref
     unless ``ref`` is None); returns its manifest digest."""
-    count = len(tokens)
-    n = -(-count // block_size)
-    chunks = [chunk_bytes(tokens, min((i + 1) * block_size, count)) for i in range(n)]
-    digests = [Digest.of_bytes(c) for c in chunks]
-    tokens_bytes = struct.pack(f"<{count}I", *tokens)
-    text_bytes = f"solution of {namespace}/{ref} {tokens[:3]}".encode()
-    logits_bytes = hashlib.sha256(tokens_bytes).digest() * 4
-    blobs = [*chunks, tokens_bytes, text_bytes, logits_bytes]
-    doc: dict[str, Any] = {
-        "schema": "kvreg.manifest/v1",
-        "model": {
-            "fingerprint": model_fp,
-            "name": "tiny-llama",
-            "architecture": "LlamaForCausalLM",
-            "model_type": "llama",
-            "num_layers": 2,
-            "kv_heads": 2,
-            "head_dim": 8,
-            "dtype": "float32",
-            "layer_types": ["full_attention", "full_attention"],
-            "sliding_window": None,
-        },
-        "tokenizer": {"fingerprint": TOKENIZER_FP, "name": "tiny-tok"},
-        "config": {"fingerprint": CONFIG_FP, "profile": "native", "fields": {"threads": 1}},
-        "schedule": {"block_size": block_size, "grid": "absolute"},
-        "tokens": {"count": count, "digest": Digest.of_bytes(tokens_bytes)},
-        "text": {"digest": Digest.of_bytes(text_bytes), "size": len(text_bytes)},
-        "chunks": [
-            {
-                "index": i,
-                "start": i * block_size,
-                "end": min((i + 1) * block_size, count),
-                "digest": digests[i],
-                "size": len(chunks[i]),
-                "block_key": k,
-            }
-            for i, k in enumerate(block_keys(model_fp, TOKENIZER_FP, CONFIG_FP, tokens, block_size))
-        ],
-        "merkle_root": chunk_merkle_root(digests),
-        "witness": {"logits_digest": Digest.of_bytes(logits_bytes), "dtype": "float32", "shape": [32]},
-        "verification": None
-        if verdict is None
-        else {"verifier": verifier, "verdict": verdict, "evidence": {}},
-        "annotations": {"title": f"{namespace}/{ref}"},
-        "created": "2026-11-30T12:00:00Z",
-        "kvreg_version": "0.1.0",
-    }
-    if prompt_tokens is not None:
-        prompt_bytes = b"the prompt"
-        doc["prompt"] = {
-            "digest": Digest.of_bytes(prompt_bytes),
-            "size": len(prompt_bytes),
-            "token_count": prompt_tokens,
-        }
-        blobs.append(prompt_bytes)
-    manifest = Manifest.from_dict(doc)
-    blobs.append(manifest.raw_bytes)
-    for data in blobs:
-        r = lib.api("PUT", f"/namespaces/{namespace}/objects/{Digest.of_bytes(data)}", content=data)
-        assert r.status_code in (200, 201), r.text
-    envelope = sign_envelope(manifest.raw_bytes, lib.key)
-    r = lib.api(
-        "PUT", f"/namespaces/{namespace}/envelopes/{manifest.digest}", content=envelope.to_json_bytes()
+    built = signed_artifact(
+        lib.key,
+        tokens,
+        kv_chunks(tokens, block_size),
+        text=f"solution of {namespace}/{ref} {tokens[:3]}".encode(),
+        logits=hashlib.sha256(pack_tokens(tokens)).digest() * 4,
+        prompt=None if prompt_tokens is None else (b"the prompt", prompt_tokens),
+        block_size=block_size,
+        model_fp=model_fp,
+        tokenizer_fp=TOKENIZER_FP,
+        config_fp=CONFIG_FP,
+        verdict=verdict,
+        verifier=verifier,
+        annotations={"title": f"{namespace}/{ref}"},
+        created="2026-11-30T12:00:00Z",
     )
-    assert r.status_code == 201, r.text
-    if ref is not None:
-        r = lib.api(
-            "PUT",
-            f"/namespaces/{namespace}/refs/{ref}",
-            json={"digest": manifest.digest},
-            headers={"If-None-Match": "*"},
-        )
-        assert r.status_code == 201, r.text
-    return manifest.digest
+    lib.push(namespace, ref, built)
+    return built.digest
 
 
 def keys_of(tokens: list[int], *, model_fp: Digest = MODEL_FP, block_size: int = BLOCK) -> list[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,18 +30,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, event, insert, select, update
 
-from kvreg.core.blockkey import block_keys
+from core.manifest_helpers import signed_artifact
 from kvreg.core.digest import Digest
-from kvreg.core.envelope import sign_envelope
-from kvreg.core.manifest import Manifest
-from kvreg.core.merkle import chunk_merkle_root
 from kvreg_registry.app import create_app
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.db.models import Envelope, Namespace, NamespaceObject, StoredObject
 from kvreg_registry.services import accounts, search
 from kvreg_registry.settings import Settings
-from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, chunk_bytes
+from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
 ANONYMOUS = Principal()
@@ -86,74 +82,24 @@ def publish(
     as ``kvreg push`` does: objects, signed envelope, ref. Returns the manifest digest."""
     seed = hashlib.sha256(f"{namespace}/{ref}/{solution[:1000]}".encode()).digest()
     tokens = [int.from_bytes(seed[i : i + 3], "little") + 1 for i in range(0, 18, 3)]
-    count, block = len(tokens), 4
-    chunks = [chunk_bytes(tokens, min((i + 1) * block, count)) for i in range(-(-count // block))]
-    digests = [Digest.of_bytes(c) for c in chunks]
-    tokens_bytes = struct.pack(f"<{count}I", *tokens)
-    text_bytes = solution.encode("utf-8")
-    logits_bytes = seed * 4
-    blobs = [*chunks, tokens_bytes, text_bytes, logits_bytes]
-    doc: dict[str, Any] = {
-        "schema": "kvreg.manifest/v1",
-        "model": {
-            "fingerprint": model_fp,
-            "name": model_name,
-            "architecture": "LlamaForCausalLM",
-            "model_type": "llama",
-            "num_layers": 2,
-            "kv_heads": 2,
-            "head_dim": 8,
-            "dtype": "float32",
-            "layer_types": ["full_attention", "full_attention"],
-            "sliding_window": None,
-        },
-        "tokenizer": {"fingerprint": TOKENIZER_FP, "name": "tiny-tok"},
-        "config": {"fingerprint": CONFIG_FP, "profile": "native", "fields": {"threads": 1}},
-        "schedule": {"block_size": block, "grid": "absolute"},
-        "tokens": {"count": count, "digest": Digest.of_bytes(tokens_bytes)},
-        "text": {"digest": Digest.of_bytes(text_bytes), "size": len(text_bytes)},
-        "chunks": [
-            {
-                "index": i,
-                "start": i * block,
-                "end": min((i + 1) * block, count),
-                "digest": digests[i],
-                "size": len(chunks[i]),
-                "block_key": k,
-            }
-            for i, k in enumerate(block_keys(model_fp, TOKENIZER_FP, CONFIG_FP, tokens, block))
-        ],
-        "merkle_root": chunk_merkle_root(digests),
-        "witness": {"logits_digest": Digest.of_bytes(logits_bytes), "dtype": "float32", "shape": [32]},
-        "verification": None
-        if verdict is None
-        else {"verifier": verifier, "verdict": verdict, "evidence": {}},
-        "annotations": {"title": title, "question": question, **(annotations or {})},
-        "created": "2026-11-30T12:00:00Z",
-        "kvreg_version": "0.1.0",
-    }
-    if prompt is not None:
-        prompt_bytes = prompt.encode("utf-8")
-        doc["prompt"] = {"digest": Digest.of_bytes(prompt_bytes), "size": len(prompt_bytes), "token_count": 1}
-        blobs.append(prompt_bytes)
-    manifest = Manifest.from_dict(doc)
-    blobs.append(manifest.raw_bytes)
-    for data in blobs:
-        r = lib.api("PUT", f"/namespaces/{namespace}/objects/{Digest.of_bytes(data)}", content=data)
-        assert r.status_code in (200, 201), r.text
-    envelope = sign_envelope(manifest.raw_bytes, lib.key)
-    r = lib.api(
-        "PUT", f"/namespaces/{namespace}/envelopes/{manifest.digest}", content=envelope.to_json_bytes()
+    built = signed_artifact(
+        lib.key,
+        tokens,
+        kv_chunks(tokens, 4),
+        text=solution.encode("utf-8"),
+        logits=seed * 4,
+        prompt=None if prompt is None else (prompt.encode("utf-8"), 1),
+        model_fp=model_fp,
+        model_name=model_name,
+        tokenizer_fp=TOKENIZER_FP,
+        config_fp=CONFIG_FP,
+        verdict=verdict,
+        verifier=verifier,
+        annotations={"title": title, "question": question, **(annotations or {})},
+        created="2026-11-30T12:00:00Z",
     )
-    assert r.status_code == 201, r.text
-    r = lib.api(
-        "PUT",
-        f"/namespaces/{namespace}/refs/{ref}",
-        json={"digest": manifest.digest},
-        headers={"If-None-Match": "*"},
-    )
-    assert r.status_code == 201, r.text
-    return manifest.digest
+    lib.push(namespace, ref, built)
+    return built.digest
 
 
 def found(lib: Library, token: str | None = None, **params: Any) -> list[str]:

@@ -6,14 +6,14 @@ be told to misbehave: answer a status a number of times first, cut a body after
 some bytes, ignore ``Range``, redirect, or serve other bytes. It is not the
 registry: it knows nothing of digests, refs or auth. It lets the tests exercise
 the client's HTTP handling (retries, resume, redirects) and the pull's staging
-logic without a registry.
+logic without a registry. ``build_artifact`` makes a signed artifact of a given size
+(``core.manifest_helpers.signed_artifact``); ``publish`` serves it as the registry would.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kvreg.core.blockkey import block_keys
-from kvreg.core.digest import Digest
-from kvreg.core.envelope import sign_envelope
+from core.manifest_helpers import CONFIG_FP as CONFIG_FP  # re-exported for the tests here
+from core.manifest_helpers import MODEL_FP as MODEL_FP
+from core.manifest_helpers import TOKENIZER_FP as TOKENIZER_FP
+from core.manifest_helpers import Built, signed_artifact
 from kvreg.core.keys import SigningKey
-from kvreg.core.manifest import Manifest
-from kvreg.core.merkle import chunk_merkle_root
 from kvreg.core.names import RefName
 from kvreg.store.artifacts import store_artifact
 from kvreg.store.home import Home
@@ -174,21 +173,6 @@ def serve() -> Iterator[FileServer]:
 
 # --- artifacts ------------------------------------------------------------------------------
 
-MODEL_FP = Digest.of_bytes(b"model")
-TOKENIZER_FP = Digest.of_bytes(b"tokenizer")
-CONFIG_FP = Digest.of_bytes(b"config")
-
-
-@dataclass
-class Built:
-    manifest: Manifest
-    envelope_bytes: bytes
-    objects: dict[Digest, bytes]
-
-    @property
-    def digest(self) -> Digest:
-        return self.manifest.digest
-
 
 def build_artifact(
     key: SigningKey, *, token_count: int = 10, block_size: int = 4, chunk_bytes: int = 3000, seed: int = 0
@@ -196,53 +180,16 @@ def build_artifact(
     """A signed manifest whose objects are real bytes (chunks are arbitrary bytes, not safetensors)."""
     tokens = [(seed * 7919 + i) % 5000 + 1 for i in range(token_count)]
     n = -(-token_count // block_size)
-    chunks = [bytes([(seed + i + j) % 251 for j in range(chunk_bytes + i)]) for i in range(n)]
-    tokens_bytes = struct.pack(f"<{token_count}I", *tokens)
-    text_bytes = f"text {seed}".encode()
-    logits_bytes = bytes(range(128)) * (seed + 1)
-    digests = [Digest.of_bytes(c) for c in chunks]
-    keys = block_keys(MODEL_FP, TOKENIZER_FP, CONFIG_FP, tokens, block_size)
-    doc = {
-        "schema": "kvreg.manifest/v1",
-        "model": {
-            "fingerprint": MODEL_FP,
-            "name": "tiny-llama",
-            "architecture": "LlamaForCausalLM",
-            "model_type": "llama",
-            "num_layers": 2,
-            "kv_heads": 2,
-            "head_dim": 8,
-            "dtype": "float32",
-            "layer_types": ["full_attention", "full_attention"],
-            "sliding_window": None,
-        },
-        "tokenizer": {"fingerprint": TOKENIZER_FP, "name": "tiny-tok"},
-        "config": {"fingerprint": CONFIG_FP, "profile": "native", "fields": {"threads": 1}},
-        "schedule": {"block_size": block_size, "grid": "absolute"},
-        "tokens": {"count": token_count, "digest": Digest.of_bytes(tokens_bytes)},
-        "text": {"digest": Digest.of_bytes(text_bytes), "size": len(text_bytes)},
-        "chunks": [
-            {
-                "index": i,
-                "start": i * block_size,
-                "end": min((i + 1) * block_size, token_count),
-                "digest": digests[i],
-                "size": len(chunks[i]),
-                "block_key": keys[i],
-            }
-            for i in range(n)
-        ],
-        "merkle_root": chunk_merkle_root(digests),
-        "witness": {"logits_digest": Digest.of_bytes(logits_bytes), "dtype": "float32", "shape": [32]},
-        "verification": {"verifier": "exact-match", "verdict": "pass", "evidence": {"expected": "8788"}},
-        "annotations": {"title": f"t{seed}"},
-        "created": "2025-01-31T12:00:00Z",
-        "kvreg_version": "0.1.0",
-    }
-    manifest = Manifest.from_dict(doc)
-    envelope = sign_envelope(manifest.raw_bytes, key)
-    objects = {Digest.of_bytes(b): b for b in [*chunks, tokens_bytes, text_bytes, logits_bytes]}
-    return Built(manifest, envelope.to_json_bytes(), objects)
+    return signed_artifact(
+        key,
+        tokens,
+        [bytes([(seed + i + j) % 251 for j in range(chunk_bytes + i)]) for i in range(n)],
+        text=f"text {seed}".encode(),
+        logits=bytes(range(128)) * (seed + 1),
+        block_size=block_size,
+        evidence={"expected": "8788"},
+        annotations={"title": f"t{seed}"},
+    )
 
 
 def store_built(home: Home, built: Built, ref: RefName) -> None:

@@ -2,10 +2,11 @@
 
 ``Library`` wraps a ``TestClient`` of ``create_app`` (the real app: alembic-made
 database, real storage backend, real signature and manifest checks) and publishes
-artifacts the way ``kvreg push`` does: objects, then the signed envelope, then the
-ref. Artifacts are built from token ids: chunk ``i`` is a function of the tokens up
-to the end of block ``i`` (as real KV blocks are, by causality), so two artifacts
-whose tokens share a prefix share exactly the chunks of the shared full blocks.
+artifacts the way ``kvreg push`` does (``push``): objects, then the signed envelope,
+then the ref. Artifacts are built (``core.manifest_helpers.signed_artifact``) from token
+ids: chunk ``i`` (``kv_chunks``) is a function of the tokens up to the end of block ``i``
+(as real KV blocks are, by causality), so two artifacts whose tokens share a prefix
+share exactly the chunks of the shared full blocks.
 
 ``count_queries`` counts the SQL statements the app runs (SQLAlchemy's
 ``before_cursor_execute`` event on the app's engine) for the bounded-query tests.
@@ -14,7 +15,6 @@ whose tokens share a prefix share exactly the chunks of the shared full blocks.
 from __future__ import annotations
 
 import hashlib
-import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,12 +24,11 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from kvreg.core.blockkey import block_keys
+from core.manifest_helpers import Built, signed_artifact
+from kvreg.core.blockkey import pack_tokens
 from kvreg.core.digest import Digest
-from kvreg.core.envelope import sign_envelope
 from kvreg.core.keys import SigningKey
 from kvreg.core.manifest import Manifest
-from kvreg.core.merkle import chunk_merkle_root
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
 
@@ -48,10 +47,11 @@ class Published:
     text: str
 
 
-def chunk_bytes(tokens: list[int], end: int) -> bytes:
-    """The stand-in KV bytes of the block that ends at ``end``: a function of ``tokens[:end]``."""
-    seed = hashlib.sha256(struct.pack(f"<{end}I", *tokens[:end])).digest()
-    return seed * 8
+def kv_chunks(tokens: list[int], block_size: int) -> list[bytes]:
+    """Stand-in KV bytes of each block of ``tokens``: a function of the tokens up to its end."""
+    n = -(-len(tokens) // block_size)
+    ends = [min((i + 1) * block_size, len(tokens)) for i in range(n)]
+    return [hashlib.sha256(pack_tokens(tokens[:end])).digest() * 8 for end in ends]
 
 
 def words_to_tokens(text: str) -> list[int]:
@@ -107,82 +107,53 @@ class Library:
         model_name: str = "tiny-llama",
         token: str | None = None,
     ) -> Published:
+        """Publish the artifact of ``text`` (one token a word) at ``ref``, as ``token``."""
         tokens = words_to_tokens(text) or [1]
-        count = len(tokens)
-        n = -(-count // block_size)
-        chunks = [chunk_bytes(tokens, min((i + 1) * block_size, count)) for i in range(n)]
-        tokens_bytes = struct.pack(f"<{count}I", *tokens)
-        text_bytes = text.encode("utf-8")
-        logits_bytes = hashlib.sha256(tokens_bytes).digest() * 4
-        digests = [Digest.of_bytes(c) for c in chunks]
-        doc: dict[str, Any] = {
-            "schema": "kvreg.manifest/v1",
-            "model": {
-                "fingerprint": MODEL_FP,
-                "name": model_name,
-                "architecture": "LlamaForCausalLM",
-                "model_type": "llama",
-                "num_layers": 2,
-                "kv_heads": 2,
-                "head_dim": 8,
-                "dtype": "float32",
-                "layer_types": ["full_attention", "full_attention"],
-                "sliding_window": None,
-            },
-            "tokenizer": {"fingerprint": TOKENIZER_FP, "name": "tiny-tok"},
-            "config": {
-                "fingerprint": CONFIG_FP,
-                "profile": "native",
-                "fields": {"threads": 1, "dtype": "float32"},
-            },
-            "schedule": {"block_size": block_size, "grid": "absolute"},
-            "tokens": {"count": count, "digest": Digest.of_bytes(tokens_bytes)},
-            "text": {"digest": Digest.of_bytes(text_bytes), "size": len(text_bytes)},
-            "chunks": [
-                {
-                    "index": i,
-                    "start": i * block_size,
-                    "end": min((i + 1) * block_size, count),
-                    "digest": digests[i],
-                    "size": len(chunks[i]),
-                    "block_key": k,
-                }
-                for i, k in enumerate(block_keys(MODEL_FP, TOKENIZER_FP, CONFIG_FP, tokens, block_size))
-            ],
-            "merkle_root": chunk_merkle_root(digests),
-            "witness": {"logits_digest": Digest.of_bytes(logits_bytes), "dtype": "float32", "shape": [32]},
-            "verification": None
-            if verdict is None
-            else {"verifier": verifier, "verdict": verdict, "evidence": {"answer": text.split()[-1]}},
-            "annotations": {"title": title, "question": question},
-            "created": "2026-11-29T12:00:00Z",
-            "kvreg_version": "0.1.0",
-        }
-        manifest = Manifest.from_dict(doc)
-        envelope = sign_envelope(manifest.raw_bytes, self.key)
-        objects = {Digest.of_bytes(b): b for b in [*chunks, tokens_bytes, text_bytes, logits_bytes]}
-        objects[manifest.digest] = manifest.raw_bytes
+        words = text.split()
+        built = signed_artifact(
+            self.key,
+            tokens,
+            kv_chunks(tokens, block_size),
+            text=text.encode("utf-8"),
+            logits=hashlib.sha256(pack_tokens(tokens)).digest() * 4,
+            block_size=block_size,
+            model_fp=MODEL_FP,
+            model_name=model_name,
+            tokenizer_fp=TOKENIZER_FP,
+            config_fp=CONFIG_FP,
+            config_fields={"threads": 1, "dtype": "float32"},
+            verdict=verdict,
+            verifier=verifier,
+            evidence={"answer": words[-1]} if words else {},
+            annotations={"title": title, "question": question},
+            created="2026-11-29T12:00:00Z",
+        )
+        self.push(namespace, ref, built, token)
+        return Published(namespace, ref, built.digest, built.manifest, text)
+
+    def push(self, namespace: str, ref: str | None, built: Built, token: str | None = None) -> None:
+        """Upload ``built`` as ``kvreg push`` does: its objects and manifest, its envelope, then
+        ``ref`` (none if None), made or moved to it."""
+        objects = {**built.objects, built.digest: built.manifest.raw_bytes}
         for digest, data in objects.items():
             r = self.api("PUT", f"/namespaces/{namespace}/objects/{digest}", token, content=data)
             assert r.status_code in (200, 201), r.text
         r = self.api(
-            "PUT",
-            f"/namespaces/{namespace}/envelopes/{manifest.digest}",
-            token,
-            content=envelope.to_json_bytes(),
+            "PUT", f"/namespaces/{namespace}/envelopes/{built.digest}", token, content=built.envelope_bytes
         )
         assert r.status_code in (200, 201), r.text
+        if ref is None:
+            return
         r = self.api("GET", f"/namespaces/{namespace}/refs/{ref}", token)
         headers = {"If-Match": r.headers["etag"]} if r.status_code == 200 else {"If-None-Match": "*"}
         r = self.api(
             "PUT",
             f"/namespaces/{namespace}/refs/{ref}",
             token,
-            json={"digest": manifest.digest},
+            json={"digest": built.digest},
             headers=headers,
         )
         assert r.status_code in (200, 201), r.text
-        return Published(namespace, ref, manifest.digest, manifest, text)
 
 
 @contextmanager
