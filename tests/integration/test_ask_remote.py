@@ -161,5 +161,6 @@ def test_a_library_larger_than_the_store_budget_answers_every_question(
     # The first question again: its chunks were evicted for the others, so they come back.
     problem = library["problems"][0]
     out = _ask(asking, tmp_path, problem.question())
-    assert out["mode"] == "knowledge" and out["remote"]["fetched_objects"] > 0, (out["skipped"], out["refused_modes"], out["remote"])
+    why = (out["skipped"], out["refused_modes"], out["remote"])
+    assert out["mode"] == "knowledge" and out["remote"]["fetched_objects"] > 0, why
     assert kvreg(asking, "--json", "fsck").json["ok"] is True
