@@ -31,6 +31,13 @@ variable                       meaning                                         d
                                than its token)
 ``KVREG_WEB_SECURE_COOKIES``   mark the web UI's cookies ``Secure`` (set it     ``0`` (``1`` over https)
                                behind a TLS proxy that speaks plain http)
+``KVREG_AUTH_FAILURE_LIMIT``   failed authentications (bearer token or web     ``20``
+                               sign-in) per client address and per token
+                               prefix within the window before ``429
+                               RATE_LIMITED``; ``0`` turns the limiter off
+``KVREG_AUTH_FAILURE_WINDOW_SECONDS`` the limiter's sliding window              ``60``
+``KVREG_AUTH_FAILURE_KEYS``    most addresses/prefixes the limiter remembers   ``10000``
+                               (in this process's memory)
 ``KVREG_MIGRATE_ON_START``     run ``alembic upgrade head`` when a process     ``1``
                                starts (``kvreg-admin migrate`` always does)
 =============================  ==============================================  =====================
@@ -117,6 +124,10 @@ class Settings:
     migrate_on_start: bool = True
     web_session_hours: int = 12
     web_secure_cookies: bool = False
+    # The failed-authentication limiter (kvreg_registry.api.ratelimit); 0 turns it off.
+    auth_failure_limit: int = 20
+    auth_failure_window_seconds: int = 60
+    auth_failure_keys: int = 10_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -144,6 +155,9 @@ class Settings:
             log_public=_bool(e, "LOG_PUBLIC", False),
             web_session_hours=_int(e, "WEB_SESSION_HOURS", 12),
             web_secure_cookies=_bool(e, "WEB_SECURE_COOKIES", False),
+            auth_failure_limit=_int(e, "AUTH_FAILURE_LIMIT", 20, minimum=0),
+            auth_failure_window_seconds=_int(e, "AUTH_FAILURE_WINDOW_SECONDS", 60),
+            auth_failure_keys=_int(e, "AUTH_FAILURE_KEYS", 10_000),
         )
         return replace(settings, **overrides) if overrides else settings
 

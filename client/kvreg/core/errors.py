@@ -334,6 +334,13 @@ class UnavailableError(RemoteError):
     code = "UNAVAILABLE"
 
 
+class RateLimitedError(UnavailableError):
+    """Too many failed authentications from this client or with this token (HTTP 429 with
+    ``Retry-After``; ``details["retry_after"]`` in seconds). The client retries it like a 503."""
+
+    code = "RATE_LIMITED"
+
+
 class InternalServerError(RemoteError):
     """The registry hit a bug (HTTP 500); the body never carries a stack trace."""
 

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.canonical import parse_json_object
 from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
+from kvreg_registry.api.ratelimit import auth_attempt
 from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
 from kvreg_registry.db.engine import Database
 from kvreg_registry.services.log import AuditLog
@@ -42,11 +43,17 @@ def bearer_token(request: Request) -> str | None:
 
 
 def principal_sync(st: RegistryState, request: Request) -> Principal:
-    token = bearer_token(request)
-    if token is None:
+    header = request.headers.get("authorization")
+    if header is None:
         return Principal()
-    with st.db.read() as s:
-        who = authenticate(s, token)
+    # Failed authentications (malformed header, unknown/revoked/expired token) are counted
+    # per client and per token prefix; past the limit they answer 429 before any lookup.
+    presented = header.partition(" ")[2].strip()[:256] or None
+    with auth_attempt(request, presented):
+        token = bearer_token(request)
+        assert token is not None
+        with st.db.read() as s:
+            who = authenticate(s, token)
     if needs_last_used_update(who) and who.token_id is not None:
         with st.db.write() as s:
             touch_token(s, who.token_id)

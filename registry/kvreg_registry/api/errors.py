@@ -30,6 +30,7 @@ _STATUS: list[tuple[type[e.KvregError], int]] = [
     (e.PreconditionRequiredError, 428),
     (e.BodyTooLargeError, 413),
     (e.RangeNotSatisfiableError, 416),
+    (e.RateLimitedError, 429),
     (e.UsageError, 400),
     (e.KeyFileError, 400),
     (e.UnauthenticatedError, 401),
@@ -67,6 +68,8 @@ def kvreg_error_response(error: e.KvregError) -> JSONResponse:
     headers = {}
     if isinstance(error, e.RangeNotSatisfiableError) and "size" in error.details:
         headers["Content-Range"] = f"bytes */{error.details['size']}"
+    if isinstance(error, e.RateLimitedError) and "retry_after" in error.details:
+        headers["Retry-After"] = str(error.details["retry_after"])
     return error_response(status, error.to_dict(), headers)
 
 
@@ -84,7 +87,10 @@ def _answer(request: Request, response: JSONResponse) -> Response:
     if renderer is None or request.url.path.startswith(API_PATH_PREFIX) or request.url.path == "/api":
         return response
     body = json.loads(bytes(response.body))["error"]
-    return renderer(request, response.status_code, body)
+    page = renderer(request, response.status_code, body)
+    if "retry-after" in response.headers:
+        page.headers["Retry-After"] = response.headers["retry-after"]
+    return page
 
 
 def install(app: FastAPI) -> None:

@@ -7,6 +7,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from kvreg.core.errors import UnauthenticatedError
 from kvreg_registry.api.deps import state
+from kvreg_registry.api.ratelimit import auth_attempt
 from kvreg_registry.web.forms import read_form
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import (
@@ -49,7 +50,7 @@ async def signin_submit(request: Request) -> Response:
     try:
         if not token.strip():
             raise UnauthenticatedError("paste an API token")
-        with st.db.write() as s:
+        with auth_attempt(request, token.strip()), st.db.write() as s:
             cookie, _principal = sign_in(s, token, st.settings)
     except UnauthenticatedError as exc:
         return render(
