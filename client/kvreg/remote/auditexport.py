@@ -266,7 +266,7 @@ def _read_line(f: IO[bytes], path: Path, what: str) -> dict[str, Any] | None:
         raise LogInconsistentError(f"{path}: {what} is longer than {MAX_EXPORT_LINE} bytes")
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: [[[[...
         raise LogInconsistentError(f"{path}: {what} is not a JSON line") from e
     if not isinstance(doc, dict):
         raise LogInconsistentError(f"{path}: {what} is not a JSON object")

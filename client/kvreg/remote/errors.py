@@ -49,7 +49,7 @@ _FALLBACK_BY_STATUS: dict[int, type[KvregError]] = {
 def _parse_error_body(body: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: [[[[... from a hostile body
         return {}
     error = doc.get("error") if isinstance(doc, dict) else None
     return error if isinstance(error, dict) else {}

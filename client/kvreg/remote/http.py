@@ -324,7 +324,7 @@ class RegistryClient:
     def _json(reply: Reply, what: str) -> dict[str, Any]:
         try:
             doc = json.loads(reply.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: [[[[...
             raise RemoteError(f"the registry's answer to {what} is not JSON") from e
         if not isinstance(doc, dict):
             raise RemoteError(f"the registry's answer to {what} is not a JSON object")
@@ -372,7 +372,7 @@ class RegistryClient:
         reply = self._call("GET", self._url("namespaces"))
         try:
             doc = json.loads(reply.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: [[[[...
             raise RemoteError("the registry's answer to GET namespaces is not JSON") from e
         items = doc.get("namespaces") if isinstance(doc, dict) else doc
         if not isinstance(items, list):
