@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -23,6 +24,7 @@ from kvreg.core.errors import (
     MerkleProofError,
     RangeNotSatisfiableError,
     ReceiptInvalidError,
+    RemoteError,
     RequestInvalidError,
     SignatureError,
 )
@@ -33,6 +35,10 @@ from kvreg.core.receipt import Receipt
 from kvreg.core.safetensors_header import parse_header
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.chunks import ChunkLayout, parse_chunk
+from kvreg.remote.auditexport import verify_export
+from kvreg.remote.errors import map_error
+from kvreg.remote.http import RegistryClient
+from kvreg.remote.session import Reply
 from kvreg_registry.api.routes_objects import parse_range
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -57,6 +63,19 @@ def _checkpoint(data: bytes) -> None:
         parse_checkpoint_body(_text(data))
 
 
+def _reply(data: bytes) -> None:
+    assert isinstance(map_error(500, {}, data), KvregError)
+    with pytest.raises(RemoteError):
+        RegistryClient._json(Reply(200, httpx.Headers(), data, 1), "x")
+
+
+def _export(data: bytes, tmp: Path) -> None:
+    path = tmp / "export.jsonl"
+    path.write_bytes(data)
+    with pytest.raises((MerkleProofError, SignatureError)):  # LogInconsistentError is a MerkleProofError
+        verify_export(path)
+
+
 def _refused(fn: Callable[[bytes], object], *errors: type[KvregError]) -> Callable[[bytes], None]:
     def check(data: bytes) -> None:
         with pytest.raises(errors):
@@ -75,17 +94,23 @@ REPLAY: dict[str, Callable[[bytes], None]] = {
     "envelope": _refused(Envelope.from_json_bytes, EnvelopeInvalidError),
     "trust": _refused(TrustPolicy.from_json_bytes, ConfigError),
     "name": _refused(lambda b: RefName.parse(_text(b)), InvalidNameError),
+    "reply": _reply,
 }
+NEEDS_FOLDER: dict[str, Callable[[bytes, Path], None]] = {"export": _export}
 
 FILES = sorted(p for p in CORPUS.glob("*/*") if p.is_file())
 
 
 def test_corpus_folders_are_known() -> None:
     folders = {p.name for p in CORPUS.iterdir() if p.is_dir()}
-    assert folders <= REPLAY.keys(), folders - REPLAY.keys()
+    assert folders <= REPLAY.keys() | NEEDS_FOLDER.keys(), folders - REPLAY.keys() - NEEDS_FOLDER.keys()
     assert FILES, "the corpus holds the crashers found so far; it is never empty"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_corpus_input_is_refused(path: Path) -> None:
-    REPLAY[path.parent.name](path.read_bytes())
+def test_corpus_input_is_refused(path: Path, tmp_path: Path) -> None:
+    parser = path.parent.name
+    if parser in NEEDS_FOLDER:
+        NEEDS_FOLDER[parser](path.read_bytes(), tmp_path)
+    else:
+        REPLAY[parser](path.read_bytes())
