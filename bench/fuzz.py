@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         verdict, output = _round(seed, args.scale, args.select, round_timeout)
         n += 1
-        print(f"round {n}: seed {seed}, scale {args.scale}: {verdict} in {time.monotonic() - started:.0f} s")
+        print(
+            f"round {n}: seed {seed}, scale {args.scale}: {verdict} in {time.monotonic() - started:.0f} s",
+            flush=True,
+        )
         if verdict != "pass":
             print(output)
             print(f"replay: {sys.executable} bench/fuzz.py --seed {seed} --rounds 1 --scale {args.scale}")

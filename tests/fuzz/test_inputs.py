@@ -14,21 +14,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.strategies import fuzz, typed
+from fuzz.strategies import fuzz, mutated, typed
 from kvreg.core.blockkey import block_key, block_keys, pack_tokens
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
     InvalidDigestError,
     InvalidNameError,
+    KeyFileError,
     RangeNotSatisfiableError,
     RemoteError,
     RequestInvalidError,
     UsageError,
 )
+from kvreg.core.keys import PublicKey, SigningKey
 from kvreg.core.names import NAME_PATTERN, NAMESPACE_PATTERN, RefName, validate_name, validate_namespace
 from kvreg.remote import http
 from kvreg_registry.api.routes_objects import parse_range
 
+KEY_PEM = SigningKey.from_seed(bytes(32)).public_key.to_pem()
 NAMESPACE_RE = re.compile(NAMESPACE_PATTERN, re.ASCII)
 NAME_RE = re.compile(NAME_PATTERN, re.ASCII)
 
@@ -155,3 +158,23 @@ def test_reply_validators(value: object) -> None:
     assert n is None or (type(n) is int and n >= 0)
     typed(http._log_index, value, "index", allowed=RemoteError)
     typed(http.RegistryClient._digest, value, "x", allowed=RemoteError)
+
+
+# --- public keys (kvreg trust add, trust.json, receipts) ------------------------------------
+
+
+@fuzz(300)
+@given(st.text(max_size=60) | st.builds(lambda b: "ed25519:" + b, st.text(max_size=50)))
+def test_public_key_text(text: str) -> None:
+    key = typed(PublicKey.from_text, text, allowed=KeyFileError)
+    if key is not None:
+        assert key.to_text() == text
+
+
+@fuzz(200)
+@given(mutated(KEY_PEM) | st.binary(max_size=120))
+def test_key_pem(data: bytes) -> None:
+    key = typed(PublicKey.from_pem, data, allowed=KeyFileError)
+    if key is not None:
+        assert PublicKey.from_pem(key.to_pem()) == key
+    typed(SigningKey.from_pem, data, allowed=KeyFileError)

@@ -2,8 +2,8 @@
 and consistency proofs as a registry serves them, and prefix proofs between manifests.
 
 Arbitrary sizes, indices and proof elements raise only ``MerkleProofError``; huge tree
-sizes (2**200) cost nothing but the proof's own length; a valid proof with any bit,
-index or size changed is refused.
+sizes (2**200) cost nothing but the proof's own length; a valid proof with a bit of a
+hash, its leaf or a root changed, or a hash dropped or added, is refused.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.strategies import fuzz, typed
+from fuzz.strategies import fuzz, manifest_doc, typed
 from kvreg.core import merkle
 from kvreg.core.errors import MerkleProofError
+from kvreg.core.manifest import Manifest, prefix_consistency_proof, verify_prefix
 
 LEAVES = [merkle.leaf_hash(bytes([i])) for i in range(13)]
 
@@ -114,3 +115,23 @@ def test_non_bytes_and_non_int_inputs_are_typed_errors(bad: object) -> None:
         merkle.verify_inclusion(LEAVES[0], 0, 2, [bad], LEAVES[0])  # type: ignore[list-item]
     with pytest.raises(MerkleProofError):
         merkle.verify_consistency(1, 2, LEAVES[0], LEAVES[0], [bad])  # type: ignore[list-item]
+
+
+# --- prefix proofs between manifests --------------------------------------------------------
+
+SHORT = Manifest.from_dict(manifest_doc(8, 4))
+LONG = Manifest.from_dict(manifest_doc(21, 4))
+PREFIX_PROOF = prefix_consistency_proof(SHORT, LONG)
+
+
+def test_prefix_proof_round_trip() -> None:
+    verify_prefix(SHORT, LONG, PREFIX_PROOF)
+
+
+@fuzz(200)
+@given(st.lists(st.sampled_from(PREFIX_PROOF) | st.binary(min_size=31, max_size=33), max_size=8))
+def test_prefix_proof_arbitrary(proof: list[bytes]) -> None:
+    typed(verify_prefix, SHORT, LONG, proof, allowed=MerkleProofError)
+    if proof != PREFIX_PROOF:
+        with pytest.raises(MerkleProofError):
+            verify_prefix(SHORT, LONG, proof)
