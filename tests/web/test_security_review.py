@@ -669,3 +669,12 @@ def test_hostile_text_is_escaped_on_every_page_that_shows_it(site: Site) -> None
     for url, r in crawl(site).items():
         if r.headers.get("content-type", "").startswith("text/html"):
             assert_no_active_content_from_data(r.text, url)
+
+
+def test_static_files_say_nosniff(library: Library) -> None:
+    for path, kind in (("/static/kvreg.css", "text/css"), ("/static/kvreg.js", "text/javascript")):
+        r = library.client.get(path)
+        assert r.status_code == 200, path
+        assert r.headers["content-type"].startswith(kind), (path, r.headers["content-type"])
+        assert r.headers["x-content-type-options"] == "nosniff", path
+    assert library.client.get("/static/../settings.py").status_code == 404

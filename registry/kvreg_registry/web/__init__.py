@@ -10,8 +10,12 @@ everything that came from an artifact. See docs/web-ui.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+from starlette.types import Scope
 
 from kvreg_registry.web import (
     pages_admin,
@@ -23,6 +27,19 @@ from kvreg_registry.web import (
 )
 from kvreg_registry.web.render import STATIC_DIR
 
+# The static files (one stylesheet, one script) are public and immutable per release.
+STATIC_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=3600"}
+
+
+class _StaticFiles(StaticFiles):
+    """``StaticFiles`` whose answers say ``nosniff`` (the pages' other headers are for HTML)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response: Any = await super().get_response(path, scope)
+        response.headers.update(STATIC_HEADERS)
+        return response  # type: ignore[no-any-return]
+
+
 # Page modules, in the order their routes are matched.
 PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages_compare, pages_audit]
 
@@ -33,5 +50,5 @@ def install(app: FastAPI) -> None:
 
     for module in PAGE_MODULES:
         app.include_router(module.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", _StaticFiles(directory=STATIC_DIR), name="static")
     errors.install(app)
