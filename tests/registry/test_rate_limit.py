@@ -197,6 +197,7 @@ def test_web_sign_in_failures_beyond_the_limit_answer_a_429_page(app: App) -> No
     assert r.headers["x-kvreg-error-code"] == "RATE_LIMITED"
     assert r.headers["retry-after"] == "60"
     assert r.headers["content-type"].startswith("text/html")
+    assert "Too many attempts" in r.text
     assert "unsafe-inline" not in r.headers["content-security-policy"]
     assert app.client.cookies.get("kvreg_session") is None
     app.clock.now += 61

@@ -25,6 +25,7 @@ HEADINGS = {
     409: "Conflict",
     413: "Too large",
     422: "Not accepted",
+    429: "Too many attempts",
     503: "Unavailable",
 }
 
