@@ -135,6 +135,8 @@ def parse_checkpoint_body(body: str) -> Checkpoint:
         root = base64.b64decode(root_text, validate=True)
     except ValueError:  # binascii.Error, or a non-ASCII str
         raise SignatureError("the checkpoint root is not base64") from None
+    if base64.b64encode(root).decode("ascii") != root_text:  # unused bits set: another text, same root
+        raise SignatureError("the checkpoint root is not canonical base64")
     return Checkpoint(origin, int(size_text), root)
 
 
@@ -191,6 +193,10 @@ def open_note(note: str, verifier: NoteVerifier) -> str:
             raise SignatureError("a signature line is too short")
         if name != verifier.name or raw[:4] != verifier.key_id:
             continue  # another signer (a witness, say): not ours to judge
+        if base64.b64encode(raw).decode("ascii") != blob:
+            # Unused trailing bits set: the same signature in another text. Refused so that a
+            # checkpoint has one signed note per key, as the log writes it.
+            raise SignatureError(f"the signature by {name!r} is not canonical base64")
         try:
             verifier.public_key.verify(raw[4:], body.encode("utf-8"))
         except SignatureError:
