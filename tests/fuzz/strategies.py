@@ -11,6 +11,7 @@ This module does not test anything by itself.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import struct
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 
 from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from kvreg.core.blockkey import block_keys
 from kvreg.core.digest import Digest
@@ -33,7 +35,11 @@ RANDOM = os.environ.get("KVREG_FUZZ_RANDOM") == "1"
 
 def fuzz(max_examples: int) -> settings:
     """Settings for one fuzz test: ``max_examples`` (scaled for long runs) on the fuzz profile."""
-    parent = settings.get_profile("kvreg-fuzz")
+    try:
+        parent = settings.get_profile("kvreg-fuzz")
+    except InvalidArgument:  # imported outside pytest (a REPL): conftest registers the profile
+        importlib.import_module("fuzz.conftest")
+        parent = settings.get_profile("kvreg-fuzz")
     return settings(parent, max_examples=max_examples * SCALE, derandomize=not RANDOM)
 
 

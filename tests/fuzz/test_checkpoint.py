@@ -115,3 +115,16 @@ def test_hostile_notes_are_refused(note: str) -> None:
 def test_verifier_key_round_trip() -> None:
     assert NoteVerifier.from_text(VERIFIER.to_text()) == VERIFIER
     assert verify_signed_checkpoint(COSIGNED, VERIFIER) == CHECKPOINT
+
+
+def test_non_canonical_base64_is_refused() -> None:
+    # 68 and 32 bytes leave 2 unused bits in the last base64 character: setting them gives
+    # another text for the same bytes, which Python's decoder accepts (found by bench/fuzz.py).
+    sig_blob = NOTE.rstrip("\n").rsplit(" ", 1)[1]
+    assert sig_blob.endswith("=") and sig_blob[-2] in "AEIMQUYcgkosw048"
+    bumped = sig_blob[:-2] + chr(ord(sig_blob[-2]) + 1) + "="
+    with pytest.raises(SignatureError, match="canonical"):
+        open_note(NOTE.replace(sig_blob, bumped), VERIFIER)
+    root = base64.b64encode(bytes(32)).decode()
+    with pytest.raises(SignatureError, match="canonical"):
+        parse_checkpoint_body(f"o\n1\n{root[:-2]}B=\n")
