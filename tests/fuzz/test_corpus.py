@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from kvreg.core.checkpoint import NoteVerifier, open_note, parse_checkpoint_body
+from kvreg.core.checkpoint import NoteVerifier, parse_checkpoint_body, verify_signed_checkpoint
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import (
     ChunkInvalidError,
@@ -56,11 +56,9 @@ def _range(data: bytes) -> None:
         parse_range(header, int(size))
 
 
-def _checkpoint(data: bytes) -> None:
+def _note(data: bytes) -> None:
     with pytest.raises(SignatureError):
-        open_note(_text(data), VERIFIER)
-    with pytest.raises(SignatureError):
-        parse_checkpoint_body(_text(data))
+        verify_signed_checkpoint(_text(data), VERIFIER)
 
 
 def _reply(data: bytes) -> None:
@@ -86,7 +84,8 @@ def _refused(fn: Callable[[bytes], object], *errors: type[KvregError]) -> Callab
 
 REPLAY: dict[str, Callable[[bytes], None]] = {
     "range": _range,
-    "checkpoint": _checkpoint,
+    "note": _note,
+    "checkpoint": _refused(lambda b: parse_checkpoint_body(_text(b)), SignatureError),
     "receipt": _refused(Receipt.from_payload, ReceiptInvalidError),
     "chunk": _refused(lambda b: parse_chunk(bytearray(b), LAYOUT), ChunkInvalidError),
     "safetensors": _refused(lambda b: parse_header(b, total_size=len(b)), ChunkInvalidError),
