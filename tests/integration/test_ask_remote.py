@@ -164,3 +164,20 @@ def test_a_library_larger_than_the_store_budget_answers_every_question(
     why = (out["skipped"], out["refused_modes"], out["remote"])
     assert out["mode"] == "knowledge" and out["remote"]["fetched_objects"] > 0, why
     assert kvreg(asking, "--json", "fsck").json["ok"] is True
+
+
+def test_flywheel_pushes_its_library(registry: Registry, make_home) -> None:  # type: ignore[no-untyped-def]
+    ns = registry.namespace()
+    home = make_home(registry, registry.user({ns: "write"}))
+    kvreg(home, "keys", "generate")
+    public_key = kvreg(home, "keys", "export").out.strip()
+    registry.register_key(ns, public_key)
+    kvreg(home, "trust", "add", ns, public_key)
+    sizes = ["--repeat-easy", "2", "--repeat-hard", "0", "--unseen-easy", "1", "--unseen-hard", "0"]
+    report = kvreg(home, "--json", "flywheel", "-n", ns, "--push", "origin", *sizes, timeout=600).json
+    assert report["push"]["refs"] == 2 and report["push"]["objects_sent"] > 0
+    m = report["metrics"]
+    assert m["knowledge_grafts"] == 2 and m["wrong_grafts"] == 0
+    assert m["byte_exact_passed"] == m["byte_exact_checks"] == 3
+    remote_refs = kvreg(home, "--json", "ls-remote", "origin", ns).json
+    assert sorted(r["ref"] for r in remote_refs["refs"]) == sorted(report["library"]["refs"])
