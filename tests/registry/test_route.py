@@ -18,48 +18,24 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from alembic import command
-from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select, text, update
 
 from core.manifest_helpers import signed_artifact
 from kvreg.core.blockkey import block_keys, pack_tokens
 from kvreg.core.digest import Digest
-from kvreg_registry.app import create_app
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, alembic_config, upgrade
 from kvreg_registry.db.models import Envelope, EnvelopeBlock, LogHead
-from kvreg_registry.services import accounts, route
-from kvreg_registry.settings import Settings
-from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, kv_chunks
+from kvreg_registry.services import route
+from web.library import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
 OTHER_MODEL_FP = Digest.of_bytes(b"route-other-model")
 BLOCK = 4
 FPS = (MODEL_FP, TOKENIZER_FP, CONFIG_FP)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'registry.sqlite3'}"
-    return str(request.getfixturevalue("fresh_pg_url"))
-
-
-@pytest.fixture
-def lib(database_url: str, tmp_path: Path) -> Iterator[Library]:
-    """A registry app on ``database_url`` with a server admin, seeded through its API."""
-    app = create_app(Settings(data_dir=tmp_path / "data", database_url=database_url))
-    with TestClient(app, base_url="http://testserver") as client:
-        with app.state.registry.db.write() as s:
-            accounts.create_user(s, OPERATOR, "root", admin=True)
-            token = accounts.create_token(s, OPERATOR, "root", label="route tests").token
-        yield Library(client=client, admin_token=token)
 
 
 def tokens_of(label: str, count: int) -> list[int]:

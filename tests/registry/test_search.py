@@ -20,47 +20,24 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, event, insert, select, update
 
 from core.manifest_helpers import signed_artifact
 from kvreg.core.digest import Digest
-from kvreg_registry.app import create_app
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.db.models import Envelope, Namespace, NamespaceObject, StoredObject
-from kvreg_registry.services import accounts, search
-from kvreg_registry.settings import Settings
-from web.library import CONFIG_FP, MODEL_FP, OPERATOR, TOKENIZER_FP, Library, kv_chunks
+from kvreg_registry.services import search
+from web.library import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
 ANONYMOUS = Principal()
 OTHER_MODEL_FP = Digest.of_bytes(b"search-other-model")
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'registry.sqlite3'}"
-    return str(request.getfixturevalue("fresh_pg_url"))
-
-
-@pytest.fixture
-def lib(database_url: str, tmp_path: Path) -> Iterator[Library]:
-    """A registry app on ``database_url`` with a server admin, seeded through its API."""
-    app = create_app(Settings(data_dir=tmp_path / "data", database_url=database_url))
-    with TestClient(app, base_url="http://testserver") as client:
-        with app.state.registry.db.write() as s:
-            accounts.create_user(s, OPERATOR, "root", admin=True)
-            token = accounts.create_token(s, OPERATOR, "root", label="search tests").token
-        yield Library(client=client, admin_token=token)
 
 
 def publish(
