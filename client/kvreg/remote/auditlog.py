@@ -58,10 +58,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +84,7 @@ from kvreg.core.merkle import leaf_hash, verify_consistency, verify_inclusion
 from kvreg.remote.config import connect, validate_remote_name
 from kvreg.remote.http import LogProof, RegistryClient
 from kvreg.store.home import Home
+from kvreg.store.jsonfile import lock_file
 
 log = logging.getLogger(__name__)
 
@@ -186,20 +185,8 @@ class RemoteLogStore:
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:
         """An exclusive lock around a read-modify-write of ``name``'s state."""
-        path = self.dir / f".{validate_remote_name(name)}.lock"
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as e:
-            raise ConfigError(f"cannot lock {path}: {e.strerror or e}") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with lock_file(self.dir / f".{validate_remote_name(name)}.lock"):
+            yield
 
     def load(self, name: str) -> RemoteLogState | None:
         """The state of ``name`` (None: nothing pinned); its stored note is verified with the pinned key."""

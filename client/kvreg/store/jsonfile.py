@@ -24,13 +24,13 @@ MAX_FILE_BYTES = 1024 * 1024
 
 
 @contextlib.contextmanager
-def locked(home: Home, name: str) -> Iterator[None]:
-    """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
+def lock_file(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created, mode 0600, with its folder) for the block."""
     try:
-        home.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(home.root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
-        raise ConfigError(f"cannot lock {home.root / name}: {e.strerror or e}") from e
+        raise ConfigError(f"cannot lock {path}: {e.strerror or e}") from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -39,6 +39,13 @@ def locked(home: Home, name: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(home: Home, name: str) -> Iterator[None]:
+    """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
+    with lock_file(home.root / f".{name}.lock"):
+        yield
 
 
 def read_object(path: Path, what: str) -> dict[str, Any]:
