@@ -203,6 +203,9 @@ DO \$\$ BEGIN
   END IF;
 END \$\$;
 ALTER ROLE $PG_ROLE WITH LOGIN CREATEDB PASSWORD '$PG_PASSWORD';
+-- The tests drop their scratch databases WITH (FORCE); an autovacuum worker
+-- still inside one can only be ended by a member of pg_signal_backend.
+GRANT pg_signal_backend TO $PG_ROLE;
 SQL
     if [ -z "$(pg_admin_psql -tA -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]; then
         pg_admin_psql -c "CREATE DATABASE $PG_DB OWNER $PG_ROLE"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,8 +102,30 @@ def fresh_pg_database() -> Iterator[str]:
     try:
         yield _with_database(admin, name)
     finally:
-        with _pg_connect(admin) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        _drop_pg_database(admin, name)
+
+
+def _drop_pg_database(admin: str, name: str) -> None:
+    """Drop a scratch database, waiting out an autovacuum worker still inside it.
+
+    ``WITH (FORCE)`` ends the sessions left open by the test; an autovacuum
+    worker is ended too when the role is in ``pg_signal_backend`` (the services
+    script grants it). On a cluster set up before that grant the drop is
+    refused while a worker runs, so it is retried for a few seconds.
+    """
+    import psycopg
+    from psycopg import sql
+
+    statement = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    for attempt in range(20):
+        try:
+            with _pg_connect(admin) as conn:
+                conn.execute(statement)
+            return
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
 
 
 def s3_client(settings: dict[str, str] | None = None) -> Any:
