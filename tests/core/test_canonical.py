@@ -19,6 +19,25 @@ def test_canonical_json_rejects_unrepresentable(bad: object) -> None:
         canonical_json({"v": bad})
 
 
+@pytest.mark.parametrize("big", [2.0**53, -(2.0**53), 1e20, 2.0**60])
+def test_canonical_json_refuses_floats_it_would_write_as_unreadable_integers(big: float) -> None:
+    with pytest.raises(UsageError, match="I-JSON"):
+        canonical_json({"v": [big]})
+
+
+@pytest.mark.parametrize("fine", [2.0**53 - 1, 1e21, 0.5, -1e300])
+def test_canonical_json_floats_it_writes_are_read_back(fine: float) -> None:
+    raw = canonical_json({"v": fine})
+    assert canonical_json(parse_json_object(raw, what="doc", max_bytes=100)) == raw
+
+
+def test_canonical_json_refuses_a_cycle() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(UsageError):
+        canonical_json({"v": loop})
+
+
 def test_canonical_json_error_class_is_chosen_by_caller() -> None:
     with pytest.raises(ManifestInvalidError):
         canonical_json(float("nan"), error=ManifestInvalidError)

@@ -55,11 +55,40 @@ def canonical_json(obj: Any, *, error: type[KvregError] = UsageError) -> bytes:
     (within +-(2**53 - 1)), finite ``float``, ``bool`` and ``None``. Anything else
     raises ``error`` (``UsageError`` by default: serializing a bad value is a
     programming or input mistake, never silently repaired).
+
+    A whole-number ``float`` of magnitude 2**53 or more (below 1e21) is refused too:
+    RFC 8785 writes it as a bare digit string, which ``parse_json_object`` reads as
+    an integer outside the I-JSON range and refuses, so writing it would produce a
+    document kvreg itself cannot read back.
     """
+    _check_writable_floats(obj, error)
     try:
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError) as e:
         raise error(f"value cannot be written as canonical JSON: {e}") from e
+
+
+def _check_writable_floats(obj: Any, error: type[KvregError]) -> None:
+    """Refuse floats whose canonical form would read back as an out-of-range integer."""
+    stack: list[Any] = [obj]
+    visited: set[int] = set()  # containers already walked: a cycle is left for rfc8785 to report
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (dict, list, tuple)):
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            stack.extend(node.values() if isinstance(node, dict) else node)
+        elif (
+            isinstance(node, float)
+            and math.isfinite(node)
+            and node.is_integer()
+            and _INT_MAX < abs(node) < 1e21
+        ):
+            raise error(
+                f"value cannot be written as canonical JSON: {node!r} would be written as an "
+                "integer outside the I-JSON range +-(2**53 - 1), which no kvreg reader accepts"
+            )
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
