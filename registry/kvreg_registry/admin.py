@@ -604,6 +604,60 @@ def gc(
     )
 
 
+# --- consistency check -----------------------------------------------------------------------
+
+
+@app.command()
+def fsck(
+    ctx: typer.Context,
+    no_hash: Annotated[
+        bool, typer.Option("--no-hash", help="Compare sizes only; do not re-hash the stored objects.")
+    ] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Check that the database, the object storage and the audit log agree (read-only; exit 3 on
+    problems): objects hash to their names, every hold, envelope and ref has what it names, the
+    log is gap-free and its signed checkpoints match its entries."""
+    from kvreg.core.errors import IntegrityError
+    from kvreg_registry.services.fsck import check_registry
+
+    out = output.get(ctx, json_output)
+    st = open_state(ctx.meta["settings"])
+    try:
+        report = check_registry(st.db, st.storage, st.log, rehash=not no_hash)
+    finally:
+        st.db.dispose()
+    error = None
+    if not report.ok:
+        error = IntegrityError(
+            f"fsck found {len(report.problems)} problem(s) in the registry",
+            hint="see docs/administration.md (consistency check)",
+        )
+
+    def render(c: Any) -> None:
+        c.print(
+            f"checked {report.objects_checked} object(s) ({report.bytes_hashed} bytes hashed), "
+            f"{report.envelopes_checked} envelope(s), {report.refs_checked} ref(s), "
+            f"audit log of {report.log_size} entries (latest checkpoint: {report.checkpoint_size})"
+        )
+        if report.leftovers:
+            c.print(
+                f"{len(report.leftovers)} leftover(s) of interrupted operations (the next GC removes them)"
+            )
+        if report.ok:
+            c.print("[green]no problems[/green]")
+            return
+        table = Table(title=f"{len(report.problems)} problem(s)")
+        table.add_column("kind")
+        table.add_column("subject")
+        table.add_column("message")
+        for p in report.problems:
+            table.add_row(p.kind, escape(p.subject), escape(p.message))
+        c.print(table)
+
+    out.result(report.to_dict(), render, error=error)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``kvreg-admin`` script."""
     args = list(sys.argv[1:] if argv is None else argv)

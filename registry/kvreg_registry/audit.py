@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
+from kvreg.core.faults import crash_point
 from kvreg.core.merkle import leaf_hash
 from kvreg_registry.db.models import AuditEntry, AuditSubject, LogHead, LogNode, utcnow
 
@@ -80,6 +81,7 @@ def append(
         )
     )
     session.flush()
+    crash_point("registry.log.after_entry")
     for digest in subject_digests(body["subjects"], old, new):
         session.add(AuditSubject(digest=digest, seq=size))
     leaf = leaf_hash(entry)

@@ -49,8 +49,9 @@ class Registry:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> None:
-        port = free_port()
+    def start(self, port: int | None = None) -> None:
+        """Start ``kvreg serve`` on ``port`` (default: a free one) and wait until it answers."""
+        port = port or free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = self.root / f"server-{port}.log"
         log = self.log_path.open("wb")

@@ -34,6 +34,7 @@ from types import TracebackType
 from kvreg.core.atomicfile import fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, StoreError
+from kvreg.core.faults import crash_point
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Counter
 from kvreg.store.home import Home
@@ -153,6 +154,7 @@ class Staging:
         fsync_dir(self.folder)
         for d in digests:
             self.home.objects.adopt_file(self.path(d), expected=d, hashed_by_caller=d in self._hashed_here)
+            crash_point("client.pull.install")
 
     def discard(self) -> None:
         """Remove the folder and everything staged in it."""

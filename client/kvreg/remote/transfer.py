@@ -78,6 +78,7 @@ from kvreg.core.errors import (
     RefNotFoundError,
     TagImmutableError,
 )
+from kvreg.core.faults import crash_point
 from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
@@ -214,6 +215,7 @@ def push(
             counter.done()
 
         run_parallel(missing, send, jobs, stop)
+        crash_point("client.push.after_objects")
         try:
             stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
         except ObjectsMissingError as e:  # e.g. collected between the missing query and now
@@ -224,6 +226,7 @@ def push(
             run_parallel(again, send, jobs, stop)
             stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
         envelope_new = stored_envelope.created
+        crash_point("client.push.after_envelope")
 
         current_logged = client.get_ref_logged(ns, name)
         current = None if current_logged is None else current_logged.value
@@ -236,6 +239,7 @@ def push(
                     ns, name, digest, None if current is None else current.digest, tag=tag
                 )
                 ref_index = update.log_index
+                crash_point("client.push.after_ref")
             except RefConflictError as e:
                 if e.hint is None and type(e) is RefConflictError:
                     e.hint = (
@@ -449,11 +453,14 @@ def pull(
                 staging.fetch(client, ns, d, size=sizes.get(d), cap=cap, counter=counter)
 
             run_parallel(absent, fetch, jobs, stop)
+            crash_point("client.pull.after_fetch")
             # Verified; from here to the end the artifact is leased (eviction leaves it alone).
             # Not before: a refused download leaves no trace in the store, not even a lease.
             held.enter_context(paging.lease(home, [digest, *digests]))
             staging.install(absent)
+            crash_point("client.pull.after_objects")
             home.objects.put_bytes(envelope.payload, expected=digest)
+            crash_point("client.pull.after_manifest")
             home.envelopes.put(digest, envelope_bytes)
         except DigestMismatchError:
             staging.discard()
@@ -463,6 +470,7 @@ def pull(
             paging.record_deferred(
                 home, deferred, remote=client.remote_name, remote_ref=str(ref), local_ref=str(dest)
             )
+        crash_point("client.pull.before_ref")
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
         if pin:
             paging.pin(home, str(dest))

@@ -42,6 +42,7 @@ from typing import BinaryIO
 from kvreg.core.atomicfile import finish, fsync_dir, install, temp_file
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreError
+from kvreg.core.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +351,7 @@ class ObjectStore:
     def _install(self, tmp: Path, digest: Digest) -> bool:
         """Link a verified temp file to the object's name; False if another writer won."""
         final = self._path_for(digest)
+        crash_point("client.object.before_install")
         try:
             new = install(tmp, final, exclusive=True)
         except OSError as exc:

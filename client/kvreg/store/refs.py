@@ -44,6 +44,7 @@ from kvreg.core.errors import (
     RefNotFoundError,
     StoreError,
 )
+from kvreg.core.faults import crash_point
 
 if TYPE_CHECKING:
     from kvreg.core.names import RefName
@@ -314,6 +315,7 @@ class RefStore:
             if current is not None and current[0] == new:
                 return
             self._write(path, new, tag=False)
+            crash_point("client.ref.after_write")
             self._append_log(ref, "create" if current is None else "update", current, new)
         log.info("ref %s -> %s", ref, new)
 

@@ -8,6 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import PreconditionRequiredError, RequestInvalidError
+from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_name, validate_namespace
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import RegistryState, etag, parse_etag, principal, read_body, state
@@ -54,6 +55,7 @@ def _store_envelope(
             namespace = accounts.get_namespace(s, ns)
             object_service.lock_object(s, d, len(payload))
             pending.commit(d)
+            crash_point("registry.envelope.after_publish")
             object_service.hold(s, namespace, d)
             row, seq = envelopes.store(s, who, namespace, checked, text=text, prompt=prompt)
             return row.signer_keyid, seq
@@ -76,6 +78,7 @@ async def put_envelope(
     d = Digest(digest)
     body = await read_body(request, st.settings.max_json_bytes)
     signer, seq = await run_in_threadpool(_store_envelope, st, who, ns, d, body)
+    crash_point("registry.envelope.after_commit")
     out = m.EnvelopeStored(namespace=ns, digest=d, signer=signer, created=seq is not None, log_index=seq)
     return JSONResponse(out.model_dump(), status_code=201 if seq is not None else 200)
 
@@ -185,6 +188,7 @@ def put_ref(
         namespace = accounts.readable_namespace(s, who, ns, "write")
         row, created, _seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
+    crash_point("registry.ref.after_commit")
     return JSONResponse(out.model_dump(), status_code=201 if created else 200, headers={"ETag": etag(d)})
 
 

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RangeNotSatisfiableError, RequestInvalidError
+from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_namespace
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
@@ -106,6 +107,7 @@ def _finish_upload(
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_object(s, digest, pending.size)
         stored = pending.commit(digest)
+        crash_point("registry.object.after_publish")
         seq = None
         if object_service.hold(s, namespace, digest):
             seq = audit.append(
@@ -170,6 +172,7 @@ async def put_object(
             if buffer:
                 await run_in_threadpool(pending.write, buffer)
             stored, seq, size = await run_in_threadpool(_finish_upload, st, who, ns, d, pending, implicit)
+            crash_point("registry.object.after_commit")
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
         raise

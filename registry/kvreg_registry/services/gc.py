@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import and_, delete, exists, func, select
 
 from kvreg.core.digest import Digest
+from kvreg.core.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database
@@ -69,6 +70,7 @@ def collect_garbage(
     db: Database, storage: ObjectStorage, principal: Principal, *, grace_seconds: int, dry_run: bool = False
 ) -> GcReport:
     principal.require_admin()
+    crash_point("registry.gc.begin")
     report = GcReport(dry_run=dry_run)
     cutoff = utcnow() - dt.timedelta(seconds=grace_seconds)
 
@@ -108,6 +110,7 @@ def collect_garbage(
             )
             report.links_removed = result.rowcount or 0
 
+    crash_point("registry.gc.after_mark")
     with db.read() as s:
         candidates = s.execute(
             select(StoredObject.digest, StoredObject.size).where(
@@ -132,10 +135,12 @@ def collect_garbage(
             if still_held or in_session:
                 continue
             storage.delete(Digest(digest))
+            crash_point("registry.gc.mid_sweep")
             s.delete(row)
         report.objects_removed += 1
         report.bytes_removed += size
 
+    crash_point("registry.gc.before_orphans")
     known_cutoff = cutoff.timestamp()
     with db.read() as s:
         in_flight_now = set(s.scalars(object_service.in_open_sessions_clause()).all())

@@ -24,6 +24,7 @@ from kvreg.core.errors import (
     RequestInvalidError,
     TagImmutableError,
 )
+from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_name
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
@@ -97,6 +98,7 @@ def put(
                 session.flush()
         except IntegrityError:
             raise RefConflictError(f"{ns.name}/{name} was created concurrently") from None
+        crash_point("registry.ref.before_log")
         seq = audit.append(
             session,
             "tag.created" if tag else "ref.created",
@@ -137,6 +139,7 @@ def put(
     )
     if result.rowcount != 1:
         raise RefConflictError(f"{ns.name}/{name} moved concurrently", current=None)
+    crash_point("registry.ref.before_log")
     seq = audit.append(
         session,
         "ref.moved",

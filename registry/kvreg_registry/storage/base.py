@@ -32,6 +32,7 @@ from typing import ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
+from kvreg.core.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class PendingObject(ABC):
                     actual=str(actual),
                     size=self._size,
                 )
+            crash_point("registry.object.before_publish")
             new = self._publish(want)
         except BaseException:
             self.abort()
