@@ -5,6 +5,13 @@ with the status of its class (the table in docs/protocol.md) and the code again 
 the ``X-Kvreg-Error-Code`` header. FastAPI's validation errors become
 ``400 REQUEST_INVALID``; unknown routes ``404 NOT_FOUND``; anything unexpected
 ``500 INTERNAL`` with the traceback in the server log only, never in the body.
+Starlette's own answers keep their headers (a ``405`` names the allowed methods in
+``Allow``, as RFC 9110 requires).
+
+The published OpenAPI says the same: :func:`install` drops FastAPI's default
+``422 HTTPValidationError`` from every route, since validation errors are ``400``
+with the body above; the routes declare their error codes themselves
+(``models.errors``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from kvreg.core import errors as e
 
@@ -93,7 +101,44 @@ def _answer(request: Request, response: JSONResponse) -> Response:
     return page
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette's 405 names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        route_methods = getattr(route, "methods", None)
+        if match != Match.NONE and route_methods:
+            methods.update(route_methods)
+    return sorted(methods)
+
+
+_FASTAPI_VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
+
+
+def _without_fastapi_422(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` less the ``422`` answers FastAPI documents for validation errors (we send 400)."""
+    ref = f"#/components/schemas/{_FASTAPI_VALIDATION_SCHEMAS[0]}"
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+            documented = responses.get("422", {}).get("content", {}).get("application/json", {})
+            if documented.get("schema", {}).get("$ref") == ref:
+                del responses["422"]
+    components = schema.get("components", {}).get("schemas", {})
+    for name in _FASTAPI_VALIDATION_SCHEMAS:
+        components.pop(name, None)
+    return schema
+
+
 def install(app: FastAPI) -> None:
+    original_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI builds and caches the schema; dropping what is already gone is a no-op.
+        return _without_fastapi_422(original_openapi())
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(e.KvregError)
     async def _kvreg(request: Request, exc: e.KvregError) -> Response:
         return _answer(request, kvreg_error_response(exc))
@@ -116,7 +161,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "REQUEST_INVALID")
-        return _answer(request, error_response(exc.status_code, {"code": code, "message": str(exc.detail)}))
+        body = {"code": code, "message": str(exc.detail)}
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return _answer(request, error_response(exc.status_code, body, headers))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -2,17 +2,89 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Path
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+# The formats the routes check themselves (with their stable codes: DIGEST_INVALID,
+# NAME_INVALID, KEY_INVALID), published as JSON Schema patterns. They document and do
+# not validate: pydantic would answer REQUEST_INVALID instead.
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+NAME_PATTERN = r"^(?!.*[.][.])[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+USER_PATTERN = r"^(?!.*[.][.])[a-z0-9][a-z0-9._-]{0,63}$"
+PUBLIC_KEY_PATTERN = r"^ed25519:[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
+ETAG_PATTERN = r'^"?sha256:[0-9a-f]{64}"?$'
+#: ``YYYY-MM-DD`` or an ISO 8601 datetime, or empty (no bound); the route checks the calendar.
+TIME_PATTERN = (
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,6})?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?)?)?$"
+)
+#: One ``bytes=`` range (a range outside the object is 416).
+RANGE_PATTERN = r"^bytes=([0-9]{1,20}-[0-9]{0,20}|-[0-9]{1,20})$"
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+def documented(pattern: str) -> Callable[[dict[str, Any]], None]:
+    """``json_schema_extra`` that publishes ``pattern`` without pydantic enforcing it.
+
+    An optional header or query parameter (``str | None``) is published as a string: it is
+    absent or a string, never a JSON null.
+    """
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema.pop("anyOf", None)
+        schema["type"] = "string"
+        schema["pattern"] = pattern
+
+    return extra
+
+
+def _takes_int(annotation: object) -> bool:
+    return annotation is int or int in typing.get_args(annotation)
+
+
+#: The largest row id (a 32-bit INTEGER column): a larger one is 400, never a database error.
+MAX_ID = 2**31 - 1
+IdPath = Annotated[int, Path(le=MAX_ID)]
+
+# Path parameters, with their documented formats.
+NsPath = Annotated[str, Path(description="a namespace", json_schema_extra=documented(NAMESPACE_PATTERN))]
+DigestPath = Annotated[str, Path(description="sha256:<64 hex>", json_schema_extra=documented(DIGEST_PATTERN))]
+NamePath = Annotated[str, Path(description="a ref name", json_schema_extra=documented(NAME_PATTERN))]
+UserPath = Annotated[str, Path(description="a user name", json_schema_extra=documented(USER_PATTERN))]
+UploadPath = Annotated[
+    str, Path(description="an upload session id", json_schema_extra=documented(UUID_PATTERN))
+]
+KeyIdPath = Annotated[
+    str, Path(description="sha256:<64 hex> of the raw key", json_schema_extra=documented(DIGEST_PATTERN))
+]
 
 
 class Strict(BaseModel):
+    """A request body: unknown fields are refused, and so is ``true``/``false`` for an integer
+    (pydantic's lax mode would read them as 1 and 0; ``5.0`` stays a JSON Schema integer)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_integers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and _takes_int(field.annotation):
+                    raise ValueError(f"{name}: a boolean is not an integer")
+        return data
 
 
 class DigestList(Strict):
-    digests: list[str] = Field(description="object digests, sha256:<64 hex>")
+    digests: list[str] = Field(
+        description="object digests, sha256:<64 hex>",
+        json_schema_extra={"items": {"type": "string", "pattern": DIGEST_PATTERN}},
+    )
 
 
 class UploadOpened(BaseModel):
@@ -35,8 +107,8 @@ class ObjectStored(BaseModel):
 
 
 class NamespaceIn(Strict):
-    name: str
-    public: bool = False
+    name: str = Field(json_schema_extra=documented(NAMESPACE_PATTERN))
+    public: StrictBool = False
     description: str = Field(default="", max_length=2000)
 
 
@@ -52,8 +124,8 @@ class NamespaceList(BaseModel):
 
 
 class UserIn(Strict):
-    name: str
-    admin: bool = False
+    name: str = Field(json_schema_extra=documented(USER_PATTERN))
+    admin: StrictBool = False
 
 
 class UserOut(BaseModel):
@@ -81,7 +153,9 @@ class RoleIn(Strict):
 
 class KeyIn(Strict):
     public_key: str = Field(
-        max_length=200, description="ed25519:<base64 of 32 bytes>, as `kvreg keys export` prints"
+        max_length=200,
+        description="ed25519:<base64 of 32 bytes>, as `kvreg keys export` prints",
+        json_schema_extra=documented(PUBLIC_KEY_PATTERN),
     )
 
 
@@ -97,8 +171,8 @@ class KeyList(BaseModel):
 
 
 class RefIn(Strict):
-    digest: str
-    tag: bool = False
+    digest: str = Field(json_schema_extra=documented(DIGEST_PATTERN))
+    tag: StrictBool = False
 
 
 class RefOut(BaseModel):
@@ -158,7 +232,7 @@ class ArtifactList(BaseModel):
 
 class GcIn(Strict):
     grace_seconds: int | None = Field(default=None, ge=0)
-    dry_run: bool = False
+    dry_run: StrictBool = False
 
 
 class GcOut(BaseModel):
@@ -234,7 +308,9 @@ class LogEntries(BaseModel):
 
 class HoldIn(Strict):
     ref: str | None = Field(
-        default=None, description="a ref NAME of the namespace; null: the whole namespace"
+        default=None,
+        description="a ref NAME of the namespace; null: the whole namespace",
+        json_schema_extra={"anyOf": [{"type": "string", "pattern": NAME_PATTERN}, {"type": "null"}]},
     )
     reason: str = Field(min_length=1, max_length=2000, description="why (the matter, a ticket)")
 
@@ -260,6 +336,16 @@ class HoldList(BaseModel):
 
 
 class RetentionIn(Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "description": "at least one of keep_versions and keep_days (DELETE clears the policy)",
+            "anyOf": [
+                {"required": ["keep_versions"], "properties": {"keep_versions": {"type": "integer"}}},
+                {"required": ["keep_days"], "properties": {"keep_days": {"type": "integer"}}},
+            ],
+        },
+    )
     keep_versions: int | None = Field(default=None, ge=1, le=1_000_000)
     keep_days: int | None = Field(default=None, ge=1, le=1_000_000)
 
@@ -319,21 +405,49 @@ class ReceiptList(BaseModel):
 class RouteIn(Strict):
     """``POST /api/v1/route``: the prompt's block keys under one engine (``kvreg.core.blockkey``)."""
 
-    model_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the model")
-    tokenizer_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the tokenizer")
-    config_fingerprint: str = Field(max_length=200, description="sha256:<64 hex> of the engine config")
-    block_size: int = Field(description="tokens per block of the prompt's keys (1 to 1048576)")
+    model_fingerprint: str = Field(
+        max_length=200,
+        description="sha256:<64 hex> of the model",
+        json_schema_extra=documented(DIGEST_PATTERN),
+    )
+    tokenizer_fingerprint: str = Field(
+        max_length=200,
+        description="sha256:<64 hex> of the tokenizer",
+        json_schema_extra=documented(DIGEST_PATTERN),
+    )
+    config_fingerprint: str = Field(
+        max_length=200,
+        description="sha256:<64 hex> of the engine config",
+        json_schema_extra=documented(DIGEST_PATTERN),
+    )
+    block_size: int = Field(
+        description="tokens per block of the prompt's keys (1 to 1048576)",
+        json_schema_extra={"minimum": 1, "maximum": 1 << 20},
+    )
     block_keys: list[str] = Field(
         description="the prompt's block keys in order, block 0 first (at most 4096, all different); "
         "empty for a prompt shorter than one block",
-        json_schema_extra={"maxItems": 4096},
+        json_schema_extra={
+            "maxItems": 4096,
+            "uniqueItems": True,
+            "items": {"type": "string", "pattern": DIGEST_PATTERN},
+        },
     )
     namespaces: list[str] | None = Field(
         default=None,
         description="only these namespaces (at most 100); null: every namespace the caller can read",
-        json_schema_extra={"maxItems": 100},
+        json_schema_extra={
+            "anyOf": [
+                {"type": "array", "maxItems": 100, "items": {"type": "string", "pattern": NAMESPACE_PATTERN}},
+                {"type": "null"},
+            ]
+        },
     )
-    limit: int = Field(default=20, description="at most this many candidates (1 to 100)")
+    limit: int = Field(
+        default=20,
+        description="at most this many candidates (1 to 100)",
+        json_schema_extra={"minimum": 1, "maximum": 100},
+    )
 
 
 class RouteCandidateOut(BaseModel):
@@ -354,3 +468,49 @@ class RouteCandidateOut(BaseModel):
 class RouteOut(BaseModel):
     candidates: list[RouteCandidateOut]
     limit: int
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    """The error itself; ``code`` is stable (docs/protocol.md, "Error codes")."""
+
+    code: str = Field(description="stable machine-readable code, also in the X-Kvreg-Error-Code header")
+    message: str
+    hint: str | None = None
+    details: dict[str, object] | None = None
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx and 5xx answer of ``/api/v1`` (``kvreg_registry.api.errors``)."""
+
+    error: ErrorBody
+
+
+_ERROR_MEANING: dict[int, str] = {
+    400: "the request is malformed (REQUEST_INVALID, DIGEST_INVALID, NAME_INVALID, KEY_INVALID)",
+    401: "no token, or an unknown, revoked or expired one (UNAUTHENTICATED)",
+    403: "the token lacks the role (FORBIDDEN), or a legal hold protects the target (LEGAL_HOLD)",
+    404: "the namespace, or the thing asked for in it, is not there (*_UNKNOWN)",
+    409: "a conflict: REF_CONFLICT, TAG_IMMUTABLE, ALREADY_EXISTS or IN_USE",
+    413: "the body is over the limit (BODY_TOO_LARGE)",
+    416: "the Range is outside the object (RANGE_NOT_SATISFIABLE)",
+    422: "the content is refused (DIGEST_MISMATCH, ENVELOPE_INVALID, SIGNATURE_INVALID, OBJECTS_MISSING...)",
+    428: "a ref change without If-Match or If-None-Match: * (PRECONDITION_REQUIRED)",
+    429: "too many failed authentications (RATE_LIMITED; Retry-After says when to try again)",
+    503: "the database or the storage is unreachable (UNAVAILABLE)",
+}
+
+#: What any request may get: a body over the limit (the body-limit middleware answers every
+#: path) and an unreachable database or storage.
+ANY_REQUEST = (413, 503)
+#: What any request that reads the ``Authorization`` header may get besides.
+AUTHENTICATED = (*ANY_REQUEST, 401, 429)
+
+
+def errors(*codes: int, base: tuple[int, ...] = AUTHENTICATED) -> dict[int | str, dict[str, object]]:
+    """The ``responses=`` of a route that may answer ``codes`` (and ``base``) with an ``ErrorOut``."""
+    return {
+        code: {"model": ErrorOut, "description": _ERROR_MEANING[code]} for code in sorted({*base, *codes})
+    }

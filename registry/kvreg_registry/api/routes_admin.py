@@ -37,7 +37,12 @@ def _key_out(k: SigningKey) -> m.KeyOut:
     )
 
 
-@router.get("/", response_model=m.ServerInfo, summary="Server version, API version, storage kind and limits")
+@router.get(
+    "/",
+    responses=m.errors(base=m.ANY_REQUEST),
+    response_model=m.ServerInfo,
+    summary="Server version, API version, storage kind and limits",
+)
 def info(request: Request) -> m.ServerInfo:
     st = state(request)
     return m.ServerInfo(
@@ -53,20 +58,29 @@ def info(request: Request) -> m.ServerInfo:
     )
 
 
-@router.get("/whoami", response_model=m.WhoAmI, summary="The caller's user and roles")
+@router.get("/whoami", responses=m.errors(), response_model=m.WhoAmI, summary="The caller's user and roles")
 def whoami(request: Request, who: Principal = Depends(principal)) -> m.WhoAmI:
     with state(request).db.read() as s:
         return m.WhoAmI(user=who.name, admin=who.is_admin, roles=accounts.roles_of(s, who))
 
 
-@router.get("/namespaces", response_model=m.NamespaceList, summary="The namespaces the caller can read")
+@router.get(
+    "/namespaces",
+    responses=m.errors(),
+    response_model=m.NamespaceList,
+    summary="The namespaces the caller can read",
+)
 def list_namespaces(request: Request, who: Principal = Depends(principal)) -> m.NamespaceList:
     with state(request).db.read() as s:
         return m.NamespaceList(namespaces=[_namespace_out(ns) for ns in accounts.list_namespaces(s, who)])
 
 
 @router.post(
-    "/namespaces", status_code=201, response_model=m.NamespaceOut, summary="Create a namespace (server admin)"
+    "/namespaces",
+    responses=m.errors(400, 403, 409),
+    status_code=201,
+    response_model=m.NamespaceOut,
+    summary="Create a namespace (server admin)",
 )
 def create_namespace(
     body: m.NamespaceIn, request: Request, who: Principal = Depends(principal)
@@ -76,13 +90,21 @@ def create_namespace(
         return _namespace_out(ns)
 
 
-@router.get("/namespaces/{ns}", response_model=m.NamespaceOut, summary="One namespace")
-def get_namespace(ns: str, request: Request, who: Principal = Depends(principal)) -> m.NamespaceOut:
+@router.get(
+    "/namespaces/{ns}", responses=m.errors(400, 404), response_model=m.NamespaceOut, summary="One namespace"
+)
+def get_namespace(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.NamespaceOut:
     with state(request).db.read() as s:
         return _namespace_out(accounts.readable_namespace(s, who, ns))
 
 
-@router.post("/users", status_code=201, response_model=m.UserOut, summary="Create a user (server admin)")
+@router.post(
+    "/users",
+    responses=m.errors(400, 403, 409),
+    status_code=201,
+    response_model=m.UserOut,
+    summary="Create a user (server admin)",
+)
 def create_user(body: m.UserIn, request: Request, who: Principal = Depends(principal)) -> m.UserOut:
     with state(request).db.write() as s:
         user = accounts.create_user(s, who, body.name, admin=body.admin)
@@ -91,28 +113,36 @@ def create_user(body: m.UserIn, request: Request, who: Principal = Depends(princ
 
 @router.post(
     "/users/{user}/tokens",
+    responses=m.errors(400, 403, 404),
     status_code=201,
     response_model=m.TokenOut,
     summary="Create an API token (server admin, or the user for themself); shown once",
 )
 def create_token(
-    user: str, body: m.TokenIn, request: Request, who: Principal = Depends(principal)
+    user: m.UserPath, body: m.TokenIn, request: Request, who: Principal = Depends(principal)
 ) -> m.TokenOut:
     with state(request).db.write() as s:
         t = accounts.create_token(s, who, user, label=body.label, expires_in_days=body.expires_in_days)
     return m.TokenOut(id=t.id, token=t.token, user=t.user, label=t.label, expires_at=iso(t.expires_at))
 
 
-@router.delete("/tokens/{token_id}", status_code=204, summary="Revoke a token")
-def revoke_token(token_id: int, request: Request, who: Principal = Depends(principal)) -> Response:
+@router.delete(
+    "/tokens/{token_id}", responses=m.errors(400, 403, 404), status_code=204, summary="Revoke a token"
+)
+def revoke_token(token_id: m.IdPath, request: Request, who: Principal = Depends(principal)) -> Response:
     with state(request).db.write() as s:
         accounts.revoke_token(s, who, token_id)
     return Response(status_code=204)
 
 
-@router.put("/namespaces/{ns}/roles/{user}", status_code=204, summary="Give a user a role in a namespace")
+@router.put(
+    "/namespaces/{ns}/roles/{user}",
+    responses=m.errors(400, 403, 404),
+    status_code=204,
+    summary="Give a user a role in a namespace",
+)
 def set_role(
-    ns: str, user: str, body: m.RoleIn, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, user: m.UserPath, body: m.RoleIn, request: Request, who: Principal = Depends(principal)
 ) -> Response:
     with state(request).db.write() as s:
         accounts.readable_namespace(s, who, ns, "admin")
@@ -120,8 +150,15 @@ def set_role(
     return Response(status_code=204)
 
 
-@router.delete("/namespaces/{ns}/roles/{user}", status_code=204, summary="Take a user's role away")
-def remove_role(ns: str, user: str, request: Request, who: Principal = Depends(principal)) -> Response:
+@router.delete(
+    "/namespaces/{ns}/roles/{user}",
+    responses=m.errors(400, 403, 404),
+    status_code=204,
+    summary="Take a user's role away",
+)
+def remove_role(
+    ns: m.NsPath, user: m.UserPath, request: Request, who: Principal = Depends(principal)
+) -> Response:
     with state(request).db.write() as s:
         accounts.readable_namespace(s, who, ns, "admin")
         accounts.remove_role(s, who, ns, user)
@@ -129,25 +166,41 @@ def remove_role(ns: str, user: str, request: Request, who: Principal = Depends(p
 
 
 @router.get(
-    "/namespaces/{ns}/keys", response_model=m.KeyList, summary="Signing keys registered for a namespace"
+    "/namespaces/{ns}/keys",
+    responses=m.errors(400, 404),
+    response_model=m.KeyList,
+    summary="Signing keys registered for a namespace",
 )
-def list_keys(ns: str, request: Request, who: Principal = Depends(principal)) -> m.KeyList:
+def list_keys(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.KeyList:
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
         return m.KeyList(keys=[_key_out(k) for k in accounts.list_keys(s, namespace)])
 
 
 @router.post(
-    "/namespaces/{ns}/keys", status_code=201, response_model=m.KeyOut, summary="Register a signing key"
+    "/namespaces/{ns}/keys",
+    responses=m.errors(400, 403, 404, 409),
+    status_code=201,
+    response_model=m.KeyOut,
+    summary="Register a signing key",
 )
-def register_key(ns: str, body: m.KeyIn, request: Request, who: Principal = Depends(principal)) -> m.KeyOut:
+def register_key(
+    ns: m.NsPath, body: m.KeyIn, request: Request, who: Principal = Depends(principal)
+) -> m.KeyOut:
     with state(request).db.write() as s:
         accounts.readable_namespace(s, who, ns, "admin")
         return _key_out(accounts.register_key(s, who, ns, body.public_key))
 
 
-@router.delete("/namespaces/{ns}/keys/{keyid}", response_model=m.KeyOut, summary="Revoke a signing key")
-def revoke_key(ns: str, keyid: str, request: Request, who: Principal = Depends(principal)) -> m.KeyOut:
+@router.delete(
+    "/namespaces/{ns}/keys/{keyid}",
+    responses=m.errors(400, 403, 404),
+    response_model=m.KeyOut,
+    summary="Revoke a signing key",
+)
+def revoke_key(
+    ns: m.NsPath, keyid: m.KeyIdPath, request: Request, who: Principal = Depends(principal)
+) -> m.KeyOut:
     keyid = Digest(keyid)  # a key id is sha256:<hex> of the raw key; anything else is 400
     with state(request).db.write() as s:
         accounts.readable_namespace(s, who, ns, "admin")

@@ -64,14 +64,14 @@ def _store_envelope(
 @router.put(
     "/namespaces/{ns}/envelopes/{digest}",
     response_model=m.EnvelopeStored,
-    responses={201: {"model": m.EnvelopeStored}},
+    responses={**m.errors(400, 403, 404, 422), 201: {"model": m.EnvelopeStored}},
     summary="Upload a signed manifest (DSSE envelope JSON); checked against the namespace's keys and objects",
     openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
     },
 )
 async def put_envelope(
-    ns: str, digest: str, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
 ) -> JSONResponse:
     st = state(request)
     validate_namespace(ns)
@@ -86,9 +86,11 @@ async def put_envelope(
 @router.get(
     "/namespaces/{ns}/envelopes/{digest}",
     summary="The envelope exactly as uploaded",
-    responses={200: {"content": {"application/json": {}}}},
+    responses={**m.errors(400, 404), 200: {"content": {"application/json": {}}}},
 )
-def get_envelope(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+def get_envelope(
+    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
+) -> Response:
     d = Digest(digest)
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
@@ -101,12 +103,13 @@ def get_envelope(ns: str, digest: str, request: Request, who: Principal = Depend
 
 @router.delete(
     "/namespaces/{ns}/envelopes/{digest}",
+    responses=m.errors(400, 403, 404, 409),
     status_code=204,
     summary="Delete an envelope no ref points at and no legal hold protects (namespace admin)",
 )
 def delete_envelope(
-    ns: str,
-    digest: str,
+    ns: m.NsPath,
+    digest: m.DigestPath,
     request: Request,
     who: Principal = Depends(principal),
     reason: str | None = Query(default=None, max_length=2000, description="why (kept in the tombstone)"),
@@ -134,15 +137,27 @@ def _ref_out(ns: str, r: Ref) -> m.RefOut:
     )
 
 
-@router.get("/namespaces/{ns}/refs", response_model=m.RefList, summary="The refs of a namespace")
-def list_refs(ns: str, request: Request, who: Principal = Depends(principal)) -> m.RefList:
+@router.get(
+    "/namespaces/{ns}/refs",
+    responses=m.errors(400, 404),
+    response_model=m.RefList,
+    summary="The refs of a namespace",
+)
+def list_refs(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.RefList:
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
         return m.RefList(refs=[_ref_out(ns, r) for r in refs.list_refs(s, namespace)])
 
 
-@router.get("/namespaces/{ns}/refs/{name}", response_model=m.RefOut, summary="One ref (ETag: its digest)")
-def get_ref(ns: str, name: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+@router.get(
+    "/namespaces/{ns}/refs/{name}",
+    responses=m.errors(400, 404),
+    response_model=m.RefOut,
+    summary="One ref (ETag: its digest)",
+)
+def get_ref(
+    ns: m.NsPath, name: m.NamePath, request: Request, who: Principal = Depends(principal)
+) -> JSONResponse:
     validate_name(name)
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
@@ -168,17 +183,21 @@ def _precondition(if_match: str | None, if_none_match: str | None) -> Digest | N
 @router.put(
     "/namespaces/{ns}/refs/{name}",
     response_model=m.RefOut,
-    responses={201: {"model": m.RefOut}},
+    responses={**m.errors(400, 403, 404, 409, 422, 428), 201: {"model": m.RefOut}},
     summary="Create (If-None-Match: *) or move (If-Match) a ref; tags are immutable",
 )
 def put_ref(
-    ns: str,
-    name: str,
+    ns: m.NsPath,
+    name: m.NamePath,
     body: m.RefIn,
     request: Request,
     who: Principal = Depends(principal),
-    if_match: str | None = Header(default=None),
-    if_none_match: str | None = Header(default=None),
+    if_match: str | None = Header(
+        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+    ),
+    if_none_match: str | None = Header(
+        default=None, description="'*': create only", json_schema_extra=m.documented(r"^\*$")
+    ),
 ) -> JSONResponse:
     validate_name(name)
     expected = _precondition(if_match, if_none_match)
@@ -193,14 +212,19 @@ def put_ref(
 
 
 @router.delete(
-    "/namespaces/{ns}/refs/{name}", status_code=204, summary="Delete a ref (namespace admin, If-Match)"
+    "/namespaces/{ns}/refs/{name}",
+    responses=m.errors(400, 403, 404, 409, 428),
+    status_code=204,
+    summary="Delete a ref (namespace admin, If-Match)",
 )
 def delete_ref(
-    ns: str,
-    name: str,
+    ns: m.NsPath,
+    name: m.NamePath,
     request: Request,
     who: Principal = Depends(principal),
-    if_match: str | None = Header(default=None),
+    if_match: str | None = Header(
+        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+    ),
 ) -> Response:
     validate_name(name)
     if if_match is None:
@@ -217,12 +241,17 @@ def delete_ref(
 
 
 @router.get(
-    "/artifacts", response_model=m.ArtifactList, summary="List and search the artifacts the caller can read"
+    "/artifacts",
+    responses=m.errors(400),
+    response_model=m.ArtifactList,
+    summary="List and search the artifacts the caller can read",
 )
 def list_artifacts(
     request: Request,
     who: Principal = Depends(principal),
-    namespace: str | None = Query(default=None, max_length=63),
+    namespace: str | None = Query(
+        default=None, max_length=63, json_schema_extra=m.documented(m.NAMESPACE_PATTERN)
+    ),
     model: str | None = Query(default=None, max_length=200),
     verifier: str | None = Query(default=None, max_length=200),
     verdict: str | None = Query(default=None, max_length=64),
@@ -230,10 +259,16 @@ def list_artifacts(
         default=None, max_length=500, description="words, each a prefix of a word of the artifact (AND)"
     ),
     since: str | None = Query(
-        default=None, max_length=40, description="stored at or after: YYYY-MM-DD or ISO 8601 (UTC default)"
+        default=None,
+        max_length=40,
+        description="stored at or after: YYYY-MM-DD or ISO 8601 (UTC default)",
+        json_schema_extra=m.documented(m.TIME_PATTERN),
     ),
     until: str | None = Query(
-        default=None, max_length=40, description="stored before: ISO 8601, or YYYY-MM-DD (that day included)"
+        default=None,
+        max_length=40,
+        description="stored before: ISO 8601, or YYYY-MM-DD (that day included)",
+        json_schema_extra=m.documented(m.TIME_PATTERN),
     ),
     limit: int = Query(default=50, ge=1, le=search.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
@@ -280,7 +315,12 @@ def list_artifacts(
     return m.ArtifactList(artifacts=items, total=total, limit=limit, offset=offset)
 
 
-@router.post("/gc", response_model=m.GcOut, summary="Garbage collection with a grace period (server admin)")
+@router.post(
+    "/gc",
+    responses=m.errors(400, 403),
+    response_model=m.GcOut,
+    summary="Garbage collection with a grace period (server admin)",
+)
 def run_gc(body: m.GcIn, request: Request, who: Principal = Depends(principal)) -> m.GcOut:
     st = state(request)
     who.require_admin()

@@ -47,19 +47,27 @@ def hold_out(ns: str, h: LegalHold) -> m.HoldOut:
 
 @router.post(
     "/namespaces/{ns}/holds",
+    responses=m.errors(400, 403, 404),
     status_code=201,
     response_model=m.HoldOut,
     summary="Place a legal hold on the namespace or on one ref (namespace admin)",
 )
-def place_hold(ns: str, body: m.HoldIn, request: Request, who: Principal = Depends(principal)) -> m.HoldOut:
+def place_hold(
+    ns: m.NsPath, body: m.HoldIn, request: Request, who: Principal = Depends(principal)
+) -> m.HoldOut:
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "admin")
         return hold_out(ns, holds.place(s, who, namespace, ref=body.ref, reason=body.reason))
 
 
-@router.get("/namespaces/{ns}/holds", response_model=m.HoldList, summary="Legal holds (namespace admin)")
+@router.get(
+    "/namespaces/{ns}/holds",
+    responses=m.errors(400, 403, 404),
+    response_model=m.HoldList,
+    summary="Legal holds (namespace admin)",
+)
 def list_holds(
-    ns: str,
+    ns: m.NsPath,
     request: Request,
     who: Principal = Depends(principal),
     active: bool = Query(default=False, description="only holds not lifted"),
@@ -69,8 +77,15 @@ def list_holds(
         return m.HoldList(holds=[hold_out(ns, h) for h in holds.list_holds(s, namespace, active_only=active)])
 
 
-@router.get("/namespaces/{ns}/holds/{hold_id}", response_model=m.HoldOut, summary="One legal hold")
-def get_hold(ns: str, hold_id: int, request: Request, who: Principal = Depends(principal)) -> m.HoldOut:
+@router.get(
+    "/namespaces/{ns}/holds/{hold_id}",
+    responses=m.errors(400, 403, 404),
+    response_model=m.HoldOut,
+    summary="One legal hold",
+)
+def get_hold(
+    ns: m.NsPath, hold_id: m.IdPath, request: Request, who: Principal = Depends(principal)
+) -> m.HoldOut:
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns, "admin")
         return hold_out(ns, holds.get(s, namespace, hold_id))
@@ -78,12 +93,13 @@ def get_hold(ns: str, hold_id: int, request: Request, who: Principal = Depends(p
 
 @router.delete(
     "/namespaces/{ns}/holds/{hold_id}",
+    responses=m.errors(400, 403, 404),
     response_model=m.HoldOut,
     summary="Lift a legal hold (namespace admin); logged as hold.lifted",
 )
 def lift_hold(
-    ns: str,
-    hold_id: int,
+    ns: m.NsPath,
+    hold_id: m.IdPath,
     request: Request,
     who: Principal = Depends(principal),
     reason: str = Query(default="", max_length=2000, description="why it is lifted (logged)"),
@@ -110,10 +126,11 @@ def retention_out(ns: str, p: RetentionPolicy | None, seq: int | None = None) ->
 
 @router.get(
     "/namespaces/{ns}/retention",
+    responses=m.errors(400, 404),
     response_model=m.RetentionOut,
     summary="The namespace's retention policy (nulls: keep everything)",
 )
-def get_retention(ns: str, request: Request, who: Principal = Depends(principal)) -> m.RetentionOut:
+def get_retention(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.RetentionOut:
     with state(request).db.read() as s:
         namespace = accounts.readable_namespace(s, who, ns)
         return retention_out(ns, retention.get_policy(s, namespace))
@@ -121,11 +138,12 @@ def get_retention(ns: str, request: Request, who: Principal = Depends(principal)
 
 @router.put(
     "/namespaces/{ns}/retention",
+    responses=m.errors(400, 403, 404),
     response_model=m.RetentionOut,
     summary="Set the retention policy GC applies (namespace admin)",
 )
 def put_retention(
-    ns: str, body: m.RetentionIn, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, body: m.RetentionIn, request: Request, who: Principal = Depends(principal)
 ) -> m.RetentionOut:
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "admin")
@@ -137,10 +155,11 @@ def put_retention(
 
 @router.delete(
     "/namespaces/{ns}/retention",
+    responses=m.errors(400, 403, 404),
     status_code=204,
     summary="Clear the retention policy: keep everything (namespace admin)",
 )
-def delete_retention(ns: str, request: Request, who: Principal = Depends(principal)) -> Response:
+def delete_retention(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> Response:
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "admin")
         retention.clear_policy(s, who, namespace)
@@ -169,13 +188,16 @@ def _store_receipt(st: RegistryState, who: Principal, ns: str, body: bytes) -> m
     "/namespaces/{ns}/receipts",
     response_model=m.ReceiptStored,
     status_code=201,
-    responses={200: {"model": m.ReceiptStored, "description": "this receipt was stored already"}},
+    responses={
+        **m.errors(400, 403, 404, 422),
+        200: {"model": m.ReceiptStored, "description": "this receipt was stored already"},
+    },
     summary="Send a signed graft receipt (read role, with a token); logged as graft.receipt",
     openapi_extra={
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
     },
 )
-async def post_receipt(ns: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+async def post_receipt(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     st = state(request)
     validate_namespace(ns)
     body = await read_body(request, st.settings.max_json_bytes)
@@ -210,14 +232,19 @@ def _receipt_outs(st: RegistryState, ns: str, views: list[receipts.ReceiptView])
 
 @router.get(
     "/namespaces/{ns}/receipts",
+    responses=m.errors(400, 404),
     response_model=m.ReceiptList,
     summary="Graft receipts of the namespace (of one artifact with ?digest=), newest first",
 )
 def list_receipts(
-    ns: str,
+    ns: m.NsPath,
     request: Request,
     who: Principal = Depends(principal),
-    digest: str | None = Query(default=None, description="only receipts for this manifest digest"),
+    digest: str | None = Query(
+        default=None,
+        description="only receipts for this manifest digest",
+        json_schema_extra=m.documented(m.DIGEST_PATTERN),
+    ),
     limit: int = Query(default=50, ge=1, le=receipts.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
 ) -> m.ReceiptList:
@@ -231,10 +258,13 @@ def list_receipts(
 
 
 @router.get(
-    "/namespaces/{ns}/receipts/{receipt_id}", response_model=m.ReceiptOut, summary="One graft receipt"
+    "/namespaces/{ns}/receipts/{receipt_id}",
+    responses=m.errors(400, 404),
+    response_model=m.ReceiptOut,
+    summary="One graft receipt",
 )
 def get_receipt(
-    ns: str, receipt_id: int, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, receipt_id: m.IdPath, request: Request, who: Principal = Depends(principal)
 ) -> m.ReceiptOut:
     st = state(request)
     with st.db.read() as s:

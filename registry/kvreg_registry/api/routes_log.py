@@ -29,7 +29,12 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-@router.get("/key", response_model=m.LogKey, summary="The log's name and public key (pin it)")
+@router.get(
+    "/key",
+    responses=m.errors(base=m.ANY_REQUEST),
+    response_model=m.LogKey,
+    summary="The log's name and public key (pin it)",
+)
 def log_key(request: Request) -> m.LogKey:
     log = state(request).log
     return m.LogKey(
@@ -41,14 +46,19 @@ def log_key(request: Request) -> m.LogKey:
     "/checkpoint",
     response_class=PlainTextResponse,
     summary="The latest checkpoint, as a C2SP signed note (text/plain)",
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={**m.errors(base=m.ANY_REQUEST), 200: {"content": {"text/plain": {}}}},
 )
 async def checkpoint(request: Request) -> PlainTextResponse:
     note = await run_in_threadpool(state(request).log.checkpoint)
     return PlainTextResponse(note, headers={"Cache-Control": "no-store"})
 
 
-@router.get("/proof/inclusion", response_model=m.InclusionProof, summary="Inclusion proof of entry INDEX")
+@router.get(
+    "/proof/inclusion",
+    responses=m.errors(400, 404, base=m.ANY_REQUEST),
+    response_model=m.InclusionProof,
+    summary="Inclusion proof of entry INDEX",
+)
 def inclusion(
     request: Request,
     index: int = Query(ge=0, le=2**53),
@@ -68,7 +78,10 @@ def inclusion(
 
 
 @router.get(
-    "/proof/consistency", response_model=m.ConsistencyProof, summary="Consistency proof FIRST -> SECOND"
+    "/proof/consistency",
+    responses=m.errors(400, base=m.ANY_REQUEST),
+    response_model=m.ConsistencyProof,
+    summary="Consistency proof FIRST -> SECOND",
 )
 def consistency(
     request: Request,
@@ -81,7 +94,12 @@ def consistency(
     return m.ConsistencyProof(first=first, size=proof.size, root=_b64(proof.root), hashes=proof.hashes_b64())
 
 
-@router.get("/entries", response_model=m.LogEntries, summary="Entries [START, END), at most 1000 per call")
+@router.get(
+    "/entries",
+    responses=m.errors(400),
+    response_model=m.LogEntries,
+    summary="Entries [START, END), at most 1000 per call",
+)
 def entries(
     request: Request,
     who: Principal = Depends(principal),

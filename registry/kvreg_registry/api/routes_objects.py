@@ -38,12 +38,13 @@ WRITE_PIECE = 4 << 20
 
 @router.post(
     "/namespaces/{ns}/uploads",
+    responses=m.errors(400, 403, 404),
     status_code=201,
     response_model=m.UploadOpened,
     summary="Open an upload session and ask which objects are missing",
 )
 def open_upload(
-    ns: str, body: m.DigestList, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, body: m.DigestList, request: Request, who: Principal = Depends(principal)
 ) -> m.UploadOpened:
     st = state(request)
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
@@ -61,8 +62,15 @@ def open_upload(
         return m.UploadOpened(upload=row.id, missing=list(missing), expires_at=iso(row.expires_at) or "")
 
 
-@router.delete("/namespaces/{ns}/uploads/{upload_id}", status_code=204, summary="Close an upload session")
-def close_upload(ns: str, upload_id: str, request: Request, who: Principal = Depends(principal)) -> Response:
+@router.delete(
+    "/namespaces/{ns}/uploads/{upload_id}",
+    responses=m.errors(400, 403, 404),
+    status_code=204,
+    summary="Close an upload session",
+)
+def close_upload(
+    ns: m.NsPath, upload_id: m.UploadPath, request: Request, who: Principal = Depends(principal)
+) -> Response:
     with state(request).db.write() as s:
         namespace = accounts.readable_namespace(s, who, ns, "write")
         if object_service.close_session(s, namespace, upload_id):
@@ -72,10 +80,13 @@ def close_upload(ns: str, upload_id: str, request: Request, who: Principal = Dep
 
 @router.post(
     "/namespaces/{ns}/objects/missing",
+    responses=m.errors(400, 404),
     response_model=m.Missing,
     summary="Which of these objects the namespace lacks",
 )
-def missing(ns: str, body: m.DigestList, request: Request, who: Principal = Depends(principal)) -> m.Missing:
+def missing(
+    ns: m.NsPath, body: m.DigestList, request: Request, who: Principal = Depends(principal)
+) -> m.Missing:
     st = state(request)
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
     with st.db.read() as s:
@@ -136,7 +147,7 @@ def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
 @router.put(
     "/namespaces/{ns}/objects/{digest}",
     response_model=m.ObjectStored,
-    responses={201: {"model": m.ObjectStored}},
+    responses={**m.errors(400, 403, 404, 422), 201: {"model": m.ObjectStored}},
     summary="Upload an object (raw bytes); stored only if they hash to the digest",
     openapi_extra={
         "requestBody": {
@@ -146,11 +157,15 @@ def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
     },
 )
 async def put_object(
-    ns: str,
-    digest: str,
+    ns: m.NsPath,
+    digest: m.DigestPath,
     request: Request,
     who: Principal = Depends(principal),
-    x_kvreg_upload: str | None = Header(default=None),
+    x_kvreg_upload: str | None = Header(
+        default=None,
+        description="the upload session this object belongs to",
+        json_schema_extra=m.documented(m.UUID_PATTERN),
+    ),
 ) -> JSONResponse:
     st = state(request)
     validate_namespace(ns)
@@ -180,6 +195,13 @@ async def put_object(
     return JSONResponse(body.model_dump(), status_code=201 if seq is not None else 200)
 
 
+#: Published so that clients (and the conformance run) know it; the route reads the raw header.
+RANGE_HEADER = Header(
+    default=None,
+    alias="Range",
+    description="one range: bytes=A-B, bytes=A- or bytes=-N",
+    json_schema_extra=m.documented(m.RANGE_PATTERN),
+)
 _RANGE_NUMBER = re.compile(r"[0-9]{1,20}", re.ASCII)
 
 
@@ -259,15 +281,36 @@ def _object_response(request: Request, ns: str, digest: str, who: Principal, *, 
     "/namespaces/{ns}/objects/{digest}",
     summary="Download an object (Range supported; may redirect to a presigned URL)",
     responses={
+        **m.errors(400, 404, 416),
         200: {"content": {"application/octet-stream": {}}},
-        206: {"description": "partial content"},
+        206: {"description": "partial content", "content": {"application/octet-stream": {}}},
         307: {"description": "redirect to storage"},
     },
 )
-def get_object(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+def get_object(
+    ns: m.NsPath,
+    digest: m.DigestPath,
+    request: Request,
+    who: Principal = Depends(principal),
+    range_: str | None = RANGE_HEADER,
+) -> Response:
     return _object_response(request, ns, digest, who, head=False)
 
 
-@router.head("/namespaces/{ns}/objects/{digest}", summary="An object's size and digest headers")
-def head_object(ns: str, digest: str, request: Request, who: Principal = Depends(principal)) -> Response:
+@router.head(
+    "/namespaces/{ns}/objects/{digest}",
+    responses={
+        **m.errors(400, 404, 416),
+        200: {"description": "the object's size", "content": {"application/octet-stream": {}}},
+        206: {"description": "the size of the range asked for", "content": {"application/octet-stream": {}}},
+    },
+    summary="An object's size and digest headers",
+)
+def head_object(
+    ns: m.NsPath,
+    digest: m.DigestPath,
+    request: Request,
+    who: Principal = Depends(principal),
+    range_: str | None = RANGE_HEADER,
+) -> Response:
     return _object_response(request, ns, digest, who, head=True)

@@ -22,6 +22,7 @@ router = APIRouter()
 
 @router.post(
     "/route",
+    responses=m.errors(400),
     response_model=m.RouteOut,
     summary="Artifacts the caller can read that hold the longest prefix of these block keys",
 )
