@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,18 +138,14 @@ class CrashRig:
         if self.reg.proc is None or self.reg.proc.poll() is not None:
             self.restart()
 
-    def wait_server_death(self, client: subprocess.Popen[str] | None = None) -> None:
+    def wait_server_death(self) -> None:
         """Wait for the server to kill itself at its crash point; it must die by SIGKILL."""
         proc = self.reg.proc
         assert proc is not None
         try:
             rc = proc.wait(WAIT_S)
         except subprocess.TimeoutExpired:
-            detail = ""
-            if client is not None and client.poll() is not None:
-                out, err = client.communicate()
-                detail = f"\nclient exited {client.returncode}:\n{out}\n{err}"
-            raise AssertionError(f"the server never reached its crash point{detail}") from None
+            raise AssertionError("the server never reached its crash point") from None
         assert rc == -signal.SIGKILL, f"server exited with {rc}, not by SIGKILL:\n{self.reg.log_tail()}"
 
     def admin(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -268,11 +264,17 @@ class CrashRig:
             assert r.status_code == 200, r.text
             return set(digests) - set(r.json()["missing"])
 
-    def entries(self, ns: str | None = None) -> list[dict[str, Any]]:
-        """The audit log's entries (of namespace ``ns`` if given), decoded."""
+    def log_size(self) -> int:
+        with self.reg.admin() as c:
+            r = c.get("/log/entries", params={"start": 0, "end": 0})
+            assert r.status_code == 200, r.text
+            return int(r.json()["size"])
+
+    def entries(self, ns: str | None = None, *, since: int = 0) -> list[dict[str, Any]]:
+        """The audit log's entries from ``since`` on (of namespace ``ns`` if given), decoded."""
         out: list[dict[str, Any]] = []
         with self.reg.admin() as c:
-            start = 0
+            start = since
             while True:
                 r = c.get("/log/entries", params={"start": start, "end": start + 1000})
                 assert r.status_code == 200, r.text
@@ -325,15 +327,17 @@ class CrashRig:
             return verify_remote_log(audit).checkpoint.size
 
     @staticmethod
-    def push(home: Path, src: str, dst: str) -> dict[str, Any]:
-        """``kvreg push origin SRC --as DST``'s function, in this process (for setting up)."""
+    def push(home: Path, src: str, dst: str, *, retries: int | None = None) -> dict[str, Any]:
+        """``kvreg push origin SRC --as DST``'s function, in this process; ``retries`` (default: the
+        client's) is how often a failed request is retried (0: a dead server fails it at once)."""
         from kvreg.core.names import RefName
         from kvreg.remote.auditlog import contact
         from kvreg.remote.transfer import push
         from kvreg.store.home import Home
 
         h = Home(home)
-        with contact(h, "origin") as (client, audit):
+        options = {} if retries is None else {"retries": retries}
+        with contact(h, "origin", **options) as (client, audit):
             return push(h, client, RefName.parse(src), remote_ref=RefName.parse(dst), audit=audit).to_dict()
 
     @staticmethod
@@ -365,16 +369,15 @@ class CrashRig:
         d = Home(home).refs.get_or_none(RefName.parse(ref))
         return None if d is None else str(d)
 
-    def wait_for_entry(self, ns: str, type_: str, proc: subprocess.Popen[str], *, after: int) -> None:
-        """Wait until ``ns`` has an entry ``type_`` after its first ``after`` (a command's first
-        change)."""
+    def wait_for_entry(self, ns: str, type_: str, running: Callable[[], bool], *, since: int) -> None:
+        """Wait until the log has an entry ``type_`` in ``ns`` at or after ``since`` (a command's
+        first change), while ``running()`` says the command still runs."""
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            if any(e["type"] == type_ for e in self.entries(ns)[after:]):
+            if any(e["type"] == type_ for e in self.entries(ns, since=since)):
                 return
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"the command exited ({proc.returncode}) first:\n{out}\n{err}")
+            if not running():
+                raise AssertionError(f"the command ended before any {type_} entry in {ns}")
             time.sleep(0.02)
         raise AssertionError(f"no {type_} entry in {ns}")
 

@@ -35,7 +35,7 @@ GC_POINTS = {
     "registry.gc.mid_sweep:2": "row_without_bytes",
     "registry.gc.before_orphans": "orphan_bytes",
 }
-RANDOM_SEEDS = range(1)
+RANDOM_SEEDS = range(int(os.environ.get("KVREG_TEST_CRASH_SEEDS", "1")))
 
 
 def _with_garbage(rig: CrashRig) -> tuple[str, Path, list[str], str]:

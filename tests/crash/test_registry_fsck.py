@@ -150,3 +150,15 @@ def test_changed_checkpoint_is_a_problem(pushed: tuple[CrashRig, str]) -> None:
         lambda s: s.execute(update(LogCheckpoint).where(where).values(root=root)),
     )
     assert {"checkpoint_note", "checkpoint_root"} <= kinds
+
+
+def test_roots_recomputed_in_one_pass_match_rfc9162() -> None:
+    from kvreg.core import merkle
+    from kvreg_registry.services.fsck import _Frontier
+
+    leaves = [merkle.leaf_hash(bytes([i])) for i in range(40)]
+    frontier = _Frontier()
+    assert frontier.root() == merkle.root_from_leaf_hashes([])
+    for n, leaf in enumerate(leaves, 1):
+        frontier.add(leaf)
+        assert frontier.root() == merkle.root_from_leaf_hashes(leaves[:n])

@@ -36,7 +36,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from kvreg.core import merkle
 from kvreg.core.checkpoint import verify_signed_checkpoint
@@ -227,55 +227,82 @@ def check_registry(
     return report
 
 
+class _Frontier:
+    """The perfect subtrees of the leaves seen so far: the root at any size in O(log n) memory."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._stack: list[tuple[int, bytes]] = []
+
+    def add(self, leaf: bytes) -> None:
+        height, node = 0, leaf
+        while self._stack and self._stack[-1][0] == height:
+            node = merkle.node_hash(self._stack.pop()[1], node)
+            height += 1
+        self._stack.append((height, node))
+        self.count += 1
+
+    def root(self) -> bytes:
+        """RFC 9162's root of the leaves so far (the subtrees folded from the right)."""
+        if not self._stack:
+            return merkle.empty_root()
+        acc = self._stack[-1][1]
+        for _height, left in reversed(self._stack[:-1]):
+            acc = merkle.node_hash(left, acc)
+        return acc
+
+
 def _check_log(s: Any, audit_log: AuditLog, report: RegistryFsckReport) -> None:
+    """One pass over the entries: contiguity, leaves, and the root at the log's size and at every
+    checkpoint's size recomputed from the entries (never from the stored tree)."""
     size = AuditLog.size(s)
     report.log_size = size
-    leaves: list[bytes] = []
-    expected = 0
+    checkpoints = s.execute(
+        select(LogCheckpoint.size, LogCheckpoint.root, LogCheckpoint.note).order_by(LogCheckpoint.size)
+    ).all()
+    wanted = {int(c.size) for c in checkpoints} | {size}
+    roots: dict[int, bytes] = {0: merkle.empty_root()}
+    frontier = _Frontier()
     while True:
         page = s.execute(
             select(AuditEntry.seq, AuditEntry.entry, AuditEntry.leaf_hash)
-            .where(AuditEntry.seq >= expected)
+            .where(AuditEntry.seq >= frontier.count)
             .order_by(AuditEntry.seq)
             .limit(PAGE)
         ).all()
         if not page:
             break
         for seq, entry, leaf in page:
-            if seq != expected:
-                report.problem("log_gap", seq, f"audit entries {expected}..{seq - 1} are missing")
+            if seq != frontier.count:
+                report.problem("log_gap", seq, f"audit entries {frontier.count}..{seq - 1} are missing")
                 return
             body = bytes(entry)
-            if merkle.leaf_hash(body) != bytes(leaf):
-                report.problem(
-                    "log_leaf", seq, f"audit entry {seq}: its bytes do not hash to its stored leaf"
-                )
+            computed = merkle.leaf_hash(body)
+            if computed != bytes(leaf):
+                report.problem("log_leaf", seq, f"audit entry {seq}: bytes do not hash to its leaf")
             try:
                 named = json.loads(body).get("seq")
             except (ValueError, AttributeError):
                 named = None
             if named != seq:
                 report.problem("log_entry", seq, f"audit entry {seq} names sequence number {named!r}")
-            leaves.append(merkle.leaf_hash(body))
-            expected += 1
-    if expected != size:
-        report.problem("log_size", expected, f"the log head says {size} entries; {expected} are stored")
+            frontier.add(computed)
+            if frontier.count in wanted:
+                roots[frontier.count] = frontier.root()
+    if frontier.count != size:
+        report.problem(
+            "log_size", frontier.count, f"the log head says {size} entries; {frontier.count} stored"
+        )
         return
-    count = s.scalar(select(func.count()).select_from(AuditEntry)) or 0
-    if count != size:
-        report.problem("log_size", count, f"{count} audit entries stored, the head says {size}")
-    full_root = merkle.root_from_leaf_hashes(leaves)
     try:
         tree_root = audit_log.root(s, size)
     except KvregError as exc:
         report.problem("log_tree", size, f"the stored tree of size {size} cannot be read: {exc.message}")
         return
-    if tree_root != full_root:
+    if tree_root != roots[size]:
         report.problem("log_tree", size, "the stored tree's root differs from the root of the entries")
-    checkpoints = s.execute(
-        select(LogCheckpoint.size, LogCheckpoint.root, LogCheckpoint.note).order_by(LogCheckpoint.size)
-    ).all()
     for cp_size, cp_root, note in checkpoints:
+        report.checkpoint_size = int(cp_size)
         if cp_size > size:
             report.problem("checkpoint_size", cp_size, f"a checkpoint of size {cp_size} > the log's {size}")
             continue
@@ -286,14 +313,7 @@ def _check_log(s: Any, audit_log: AuditLog, report: RegistryFsckReport) -> None:
             continue
         if signed.size != cp_size or bytes(signed.root) != bytes(cp_root):
             report.problem("checkpoint_note", cp_size, f"checkpoint {cp_size}: its note signs another tree")
-        if audit_log.root(s, cp_size) != bytes(cp_root):
+        if roots[int(cp_size)] != bytes(cp_root):
             report.problem(
-                "checkpoint_root", cp_size, f"checkpoint {cp_size}: the log no longer has its root"
-            )
-    if checkpoints:
-        cp_size, cp_root, _note = checkpoints[-1]
-        report.checkpoint_size = int(cp_size)
-        if cp_size <= size and merkle.root_from_leaf_hashes(leaves[:cp_size]) != bytes(cp_root):
-            report.problem(
-                "checkpoint_root", cp_size, f"latest checkpoint {cp_size}: the entries hash to another root"
+                "checkpoint_root", cp_size, f"checkpoint {cp_size}: the entries hash to another root"
             )
