@@ -11,7 +11,9 @@ Every command that contacts a registry (login, push, pull, ls-remote) verifies
 its audit log's signed checkpoint against the key pinned for the remote and the
 checkpoint seen before (``kvreg.remote.auditlog``), and stores the new one only
 when the command succeeds. ``remote add`` contacts nothing; ``--log-key`` pins a
-key learned out of band, ``--replace`` forgets the pin (a human decision).
+key learned out of band, ``--replace`` forgets the pin (a human decision);
+``--max-checkpoint-age`` sets how old a signed checkpoint may be before the remote
+is taken for frozen (``kvreg.remote.config``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from kvreg.cli import common, output
 from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
 from kvreg.core.names import RefName, validate_namespace
 from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, contact, parse_log_key
-from kvreg.remote.config import Credentials, RemoteConfig, validate_remote_name, validate_token
+from kvreg.remote.config import Credentials, RemoteConfig, parse_age, validate_remote_name, validate_token
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import NullProgress, Progress
 from kvreg.remote.transfer import PullReport, PushReport
@@ -170,6 +172,15 @@ def remote_add(
             "trusting the first answer.",
         ),
     ] = None,
+    max_checkpoint_age: Annotated[
+        str | None,
+        typer.Option(
+            "--max-checkpoint-age",
+            metavar="AGE",
+            help="Refuse audit-log checkpoints older than AGE (90s, 30m, 24h, 7d; off: never), so that "
+            "a registry that keeps serving an old state is caught (default 24h).",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Add a registry under a short NAME (stored in $KVREG_HOME/config.json).
@@ -191,6 +202,7 @@ def remote_add(
     validate_remote_name(name)
     if log_key is not None:
         log_key = parse_log_key(log_key).to_text()
+    max_age = None if max_checkpoint_age is None else parse_age(max_checkpoint_age)
     try:
         existed = config.get(name).url
     except NotFoundError:
@@ -204,12 +216,14 @@ def remote_add(
                 f"kvreg remote add {name} URL --replace --log-key KEY",
                 remote=name,
             )
-    remote = config.add(name, url, replace=replace)
+    remote = config.add(name, url, replace=replace, max_checkpoint_age=max_age)
     forgot = pins.reset(name) if existed is None or replace else False
     pinned_key = None
     if log_key is not None:
         pinned_key = pins.pin(name, remote.url, log_key).verifier.to_text()
     data: dict[str, Any] = {"name": remote.name, "url": remote.url}
+    if max_age is not None:
+        data["max_checkpoint_age"] = remote.max_checkpoint_age
     if pinned_key is not None:
         data["log_key"] = pinned_key
     if forgot:

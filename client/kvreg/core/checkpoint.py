@@ -19,6 +19,11 @@ from a known key that fails to verify rejects the note, lines from unknown keys
 are ignored, and at most 100 signature lines are read. Failures raise
 ``SignatureError`` or ``MerkleProofError``; nothing returns a bool.
 
+**Timestamps.** A kvreg registry adds one extension line after the root,
+``timestamp <unix seconds>``, the time it signed the note (it signs a fresh one on
+every request, so that a client can tell a frozen registry from an idle one);
+:func:`checkpoint_timestamp` reads it from a verified body.
+
 This module does not fetch checkpoints or decide which key to pin (the client's
 ``kvreg.remote.auditlog`` does), and does not store them.
 """
@@ -37,6 +42,7 @@ from kvreg.core.keys import PublicKey, SigningKey
 __all__ = [
     "Checkpoint",
     "NoteVerifier",
+    "checkpoint_timestamp",
     "open_note",
     "parse_checkpoint_body",
     "sign_checkpoint",
@@ -49,6 +55,7 @@ SIGNATURE_PREFIX = "\u2014 "  # EM DASH, then one space
 MAX_NOTE_BYTES = 1 << 20
 MAX_SIGNATURES = 100
 _NAME = re.compile(r"[^\s+]+")
+TIMESTAMP_PREFIX = "timestamp "
 _SIZE = re.compile(r"0|[1-9][0-9]{0,19}", re.ASCII)  # ASCII digits only: str.isdigit() also takes '²'
 
 
@@ -150,9 +157,31 @@ def sign_note(body: str, key: SigningKey, name: str) -> str:
     return f"{body}\n{SIGNATURE_PREFIX}{name} {blob}\n"
 
 
-def sign_checkpoint(checkpoint: Checkpoint, key: SigningKey, name: str) -> str:
-    """The signed note of ``checkpoint`` by ``key`` under ``name``."""
-    return sign_note(checkpoint.body(), key, name)
+def sign_checkpoint(
+    checkpoint: Checkpoint, key: SigningKey, name: str, *, timestamp: int | None = None
+) -> str:
+    """The signed note of ``checkpoint`` by ``key`` under ``name``; ``timestamp`` (unix seconds)
+    adds the ``timestamp`` extension line."""
+    body = checkpoint.body()
+    if timestamp is not None:
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+            raise SignatureError(f"invalid checkpoint timestamp {timestamp!r}")
+        body += f"{TIMESTAMP_PREFIX}{timestamp}\n"
+    return sign_note(body, key, name)
+
+
+def checkpoint_timestamp(body: str) -> int | None:
+    """The ``timestamp`` extension of a (verified) checkpoint body, in unix seconds; None when
+    it has none. Two timestamp lines or a malformed one raise ``SignatureError``."""
+    lines = body.split("\n")[3:]
+    found = [line[len(TIMESTAMP_PREFIX) :] for line in lines if line.startswith(TIMESTAMP_PREFIX)]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise SignatureError("a checkpoint has at most one timestamp line")
+    if _SIZE.fullmatch(found[0]) is None:
+        raise SignatureError(f"invalid checkpoint timestamp {found[0][:40]!r}")
+    return int(found[0])
 
 
 def verify_signed_checkpoint(note: str, verifier: NoteVerifier) -> Checkpoint:

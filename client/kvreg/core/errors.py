@@ -133,6 +133,20 @@ class LogInconsistentError(MerkleProofError):
     code = "LOG_INCONSISTENT"
 
 
+class RefRollbackError(LogInconsistentError):
+    """A registry served a ref at an older value than its own signed log, or than this client saw
+    before: the ref's entry is not the ref's latest change (per-ref rollback)."""
+
+    code = "REF_ROLLBACK"
+
+
+class CheckpointStaleError(LogInconsistentError):
+    """A registry's signed checkpoint is older than the remote's maximum checkpoint age, or no
+    longer dated after this client saw dated ones: the registry may withhold newer state (freeze)."""
+
+    code = "CHECKPOINT_STALE"
+
+
 class WitnessMismatchError(IntegrityError):
     """The witness probe after a graft produced other logits than the deposit."""
 

@@ -46,6 +46,31 @@ entries private (``/log/entries`` answers 401/403 without a suitable token) stil
 proves the *leaf* it names to be in the signed log; the report then says that
 the entry's content was not checked (``entry_checked: false``).
 
+**Per-ref rollback.** An entry that names the pulled digest proves only that the
+ref *once* pointed there; an older, genuinely signed value of a moved ref proves as
+well. So a proven ref entry that stands for the ref's current value (a pull, an
+up-to-date push: ``EntryClaim.latest``) is also checked to be the ref's latest
+change, two ways. (a) The state file keeps, per ref, the highest entry index (and
+its digest) this store proved; an entry below it is ``RefRollbackError`` (exit 3),
+whatever else the registry shows. (b) The entries after it, up to the checkpoint
+verified at the start of the command (taken before the ref was read, so a move
+racing the command is not mistaken for a lie), are read (``GET /log/entries``, at
+most :data:`MAX_LATEST_SCAN` entries, i.e. ten pages), authenticated against that
+signed checkpoint (the right-hand siblings of the entry's inclusion proof are
+recomputed from them) and replayed: if they leave the ref elsewhere, the registry
+served an outdated ref: ``RefRollbackError``. Beyond the bound, or when the
+entries need a token the client lacks, (b) is skipped and the report's notes say
+so; (a) still holds.
+
+**Freeze.** The registry dates every checkpoint it signs (``timestamp`` extension
+line, signed afresh on each request). A checkpoint older than the remote's
+``max_checkpoint_age`` (``kvreg.remote.config``; 24 hours unless set, 0: off) is
+``CheckpointStaleError`` (exit 3): a registry, or someone answering for it, that
+keeps serving an old state is caught once that age has passed. A checkpoint with
+no timestamp is accepted with a warning from a registry that never dated one, and
+refused once this store holds a dated one (a downgrade). Timestamps in the future
+are accepted (clock skew) and never stored as anything but the note.
+
 **Whole logs** (``kvreg audit verify``, ``kvreg audit export``) are
 ``kvreg.remote.auditexport``'s.
 
@@ -60,28 +85,38 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvreg.core.atomicfile import atomic_write_bytes, remove_quietly
 from kvreg.core.canonical import parse_json_object
-from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
+from kvreg.core.checkpoint import (
+    Checkpoint,
+    NoteVerifier,
+    checkpoint_timestamp,
+    open_note,
+    parse_checkpoint_body,
+    verify_signed_checkpoint,
+)
 from kvreg.core.errors import (
+    CheckpointStaleError,
     ConfigError,
     ForbiddenError,
     IntegrityError,
     LogInconsistentError,
     MerkleProofError,
     NotFoundError,
+    RefRollbackError,
     SignatureError,
     StoreError,
     UnauthenticatedError,
     UsageError,
 )
-from kvreg.core.merkle import leaf_hash, verify_consistency, verify_inclusion
-from kvreg.remote.config import connect, validate_remote_name
+from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_consistency, verify_inclusion
+from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, connect, validate_remote_name
 from kvreg.remote.http import LogProof, RegistryClient
 from kvreg.store.home import Home
 from kvreg.store.jsonfile import lock_file
@@ -89,6 +124,8 @@ from kvreg.store.jsonfile import lock_file
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "MAX_LATEST_SCAN",
+    "MAX_STORED_REFS",
     "REF_TYPES",
     "STATE_FORMAT",
     "EntryClaim",
@@ -113,6 +150,9 @@ MAX_ENTRY_BYTES = 1 << 20
 _STATE_MODE = 0o644
 _MAX_STATE_BYTES = 1 << 20
 REF_TYPES = frozenset({"ref.created", "ref.moved", "tag.created"})
+REF_CHANGE_TYPES = REF_TYPES | {"ref.deleted"}
+MAX_LATEST_SCAN = 10 * 1000  # entries read after a ref's entry to prove it is the latest (ten pages)
+MAX_STORED_REFS = 2000  # per remote in the state file; beyond, the refs proven longest ago are dropped
 
 
 def now() -> str:
@@ -153,9 +193,10 @@ class RemoteLogState:
     note: str | None = None
     checkpoint: Checkpoint | None = None
     updated_at: str | None = None
+    refs: dict[str, tuple[int, str]] = field(default_factory=dict)  # "ns/name" -> (entry index, digest)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "format": STATE_FORMAT,
             "remote": self.remote,
             "url": self.url,
@@ -165,10 +206,42 @@ class RemoteLogState:
             "checkpoint": self.note,
             "updated_at": self.updated_at,
         }
+        if self.refs:
+            doc["refs"] = {ref: {"index": i, "digest": d} for ref, (i, d) in sorted(self.refs.items())}
+        return doc
 
     def with_checkpoint(self, note: str, checkpoint: Checkpoint, url: str) -> RemoteLogState:
         return RemoteLogState(
-            self.remote, url, self.verifier, self.pinned_at, self.pinned_by, note, checkpoint, now()
+            self.remote,
+            url,
+            self.verifier,
+            self.pinned_at,
+            self.pinned_by,
+            note,
+            checkpoint,
+            now(),
+            self.refs,
+        )
+
+    def with_refs(self, refs: dict[str, tuple[int, str]]) -> RemoteLogState:
+        """This state with ``refs`` merged in (the higher index wins), capped at ``MAX_STORED_REFS``."""
+        merged = dict(self.refs)
+        for ref, (i, d) in refs.items():
+            if ref not in merged or merged[ref][0] < i:
+                merged[ref] = (i, d)
+        if len(merged) > MAX_STORED_REFS:
+            kept = sorted(merged.items(), key=lambda kv: kv[1][0])[-MAX_STORED_REFS:]
+            merged = dict(kept)
+        return RemoteLogState(
+            self.remote,
+            self.url,
+            self.verifier,
+            self.pinned_at,
+            self.pinned_by,
+            self.note,
+            self.checkpoint,
+            self.updated_at,
+            merged,
         )
 
 
@@ -238,6 +311,7 @@ class RemoteLogStore:
             note,
             checkpoint,
             updated if isinstance(updated, str) else None,
+            _parse_refs(doc.get("refs", {}), path, hint),
         )
 
     def write(self, state: RemoteLogState) -> None:
@@ -267,6 +341,42 @@ class RemoteLogStore:
         if existed:
             log.info("forgot the pinned log key and checkpoint of remote %s", name)
         return existed
+
+
+def _parse_refs(value: Any, path: Path, hint: str) -> dict[str, tuple[int, str]]:
+    """The ``refs`` of a state file: ``{"ns/name": {"index": N, "digest": D}}``."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: 'refs' must be an object", hint=hint)
+    out: dict[str, tuple[int, str]] = {}
+    for ref, item in value.items():
+        index = item.get("index") if isinstance(item, dict) else None
+        digest = item.get("digest") if isinstance(item, dict) else None
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or not isinstance(digest, str):
+            raise ConfigError(f"{path}: refs[{ref!r}] must be {{'index': N, 'digest': D}}", hint=hint)
+        out[str(ref)] = (index, digest)
+    return out
+
+
+def note_timestamp(note: str, verifier: NoteVerifier) -> tuple[Checkpoint, int | None]:
+    """Verify ``note`` with ``verifier``: its checkpoint and its ``timestamp`` (None: undated)."""
+    body = open_note(note, verifier)
+    return parse_checkpoint_body(body), checkpoint_timestamp(body)
+
+
+def _right_sibling_ranges(index: int, size: int) -> list[tuple[int, int] | None]:
+    """For each element of ``PATH(index, D[0:size])`` (leaf to root): the leaf range ``[lo, hi)``
+    it hashes when it is a right-hand sibling (it covers entries after ``index``), None when left."""
+    lo, hi, m = 0, size, index
+    top_down: list[tuple[int, int] | None] = []
+    while hi - lo > 1:
+        k = 1 << ((hi - lo - 1).bit_length() - 1)
+        if m < k:
+            top_down.append((lo + k, hi))
+            hi = lo + k
+        else:
+            top_down.append(None)
+            lo, m = lo + k, m - k
+    return top_down[::-1]
 
 
 def parse_verifier(text: str) -> NoteVerifier:
@@ -377,6 +487,7 @@ class EntryClaim:
     ref: str | None = None
     old: Any = _ANY
     new: Any = _ANY
+    latest: bool = False  # the entry must be the ref's latest change (see "Per-ref rollback")
 
     def mismatch(self, doc: dict[str, Any]) -> str | None:
         """Why ``doc`` does not record this change, or None when it does."""
@@ -412,7 +523,9 @@ def ref_claim(
     (True: created, ``tag.created`` for a tag; False: moved from ``old``), else the ref's latest change."""
     ref = f"{namespace}/{name}"
     if created is None:
-        return EntryClaim(index, f"ref {ref} -> {digest}", REF_TYPES, namespace, digest, ref, new=digest)
+        return EntryClaim(
+            index, f"ref {ref} -> {digest}", REF_TYPES, namespace, digest, ref, new=digest, latest=True
+        )
     if created:
         types = frozenset({"tag.created" if tag else "ref.created"})
         return EntryClaim(
@@ -449,16 +562,31 @@ class RemoteLog:
     stores the newest verified checkpoint (call it only when the command succeeded).
     """
 
-    def __init__(self, home: Home, name: str, client: RegistryClient) -> None:
+    def __init__(
+        self,
+        home: Home,
+        name: str,
+        client: RegistryClient,
+        *,
+        max_age: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``max_age``: the oldest checkpoint accepted, in seconds (0: any); None reads the
+        remote's ``max_checkpoint_age`` (the default for a remote not configured)."""
         self.home = home
         self.name = validate_remote_name(name)
         self.client = client
         self.store = RemoteLogStore(home)
+        self.max_age = _configured_max_age(home, self.name) if max_age is None else max_age
+        self.clock = clock
         self.base: RemoteLogState | None = None
         self.verifier: NoteVerifier | None = None
         self.note: str | None = None
         self.current: Checkpoint | None = None
+        self.timestamp: int | None = None  # of the current checkpoint
+        self.first: Checkpoint | None = None  # the checkpoint verified at the start of the command
         self.enabled = True
+        self.refs: dict[str, tuple[int, str]] = {}  # ref entries proven by this command
         self._checked = False
         self._new_pin = False
 
@@ -493,10 +621,10 @@ class RemoteLog:
                 remote=self.name,
             ) from e
 
-    def _verify_note(self, note: str) -> Checkpoint:
+    def _verify_note(self, note: str) -> tuple[Checkpoint, int | None]:
         assert self.verifier is not None
         try:
-            checkpoint = verify_signed_checkpoint(note, self.verifier)
+            checkpoint, stamp = note_timestamp(note, self.verifier)
         except SignatureError as e:
             raise SignatureError(
                 f"{self.where}: {e.message}",
@@ -510,7 +638,49 @@ class RemoteLog:
                 f"{self.verifier.name!r}",
                 remote=self.name,
             )
-        return checkpoint
+        self._check_fresh(checkpoint, stamp)
+        return checkpoint, stamp
+
+    def _check_fresh(self, checkpoint: Checkpoint, stamp: int | None) -> None:
+        """Refuse a checkpoint older than ``max_age``, or an undated one after dated ones (freeze)."""
+        if stamp is None:
+            stored = self.base.note if self.base is not None else None
+            if stored is not None and self.verifier is not None:
+                try:
+                    _, stored_stamp = note_timestamp(stored, self.verifier)
+                except SignatureError:
+                    stored_stamp = None
+                if stored_stamp is not None:
+                    raise CheckpointStaleError(
+                        f"{self.where}: its checkpoint of {checkpoint.size} entries is not dated, though the "
+                        "one this store verified before was: an old checkpoint replayed, or a registry "
+                        "that withholds its fresh state (freeze)",
+                        hint="do not trust what it serves now and tell its operators",
+                        remote=self.name,
+                        size=checkpoint.size,
+                    )
+            if self.max_age:
+                log.warning(
+                    "%s does not date its checkpoints: a frozen registry cannot be told from an idle one",
+                    self.where,
+                )
+            return
+        if not self.max_age:
+            return
+        age = int(self.clock()) - stamp
+        if age > self.max_age:
+            raise CheckpointStaleError(
+                f"{self.where}: its newest checkpoint ({checkpoint.size} entries) was signed {age} s ago, "
+                f"more than the {self.max_age} s this store accepts: the registry, or someone answering "
+                "for it, serves an old state and may withhold newer changes (freeze)",
+                hint="tell its operators (a registry signs a fresh checkpoint on every request); check this "
+                f"machine's clock; the limit is kvreg remote add {self.name} URL --max-checkpoint-age AGE",
+                remote=self.name,
+                size=checkpoint.size,
+                signed_at=stamp,
+                age=age,
+                max_age=self.max_age,
+            )
 
     def _consistency(self, first: int, second: int) -> LogProof:
         return self.client.log_consistency_proof(first, second)
@@ -554,9 +724,9 @@ class RemoteLog:
         else:
             self.verifier = self.base.verifier
         note = self._fetch_note()
-        checkpoint = self._verify_note(note)
+        checkpoint, stamp = self._verify_note(note)
         self._advance(self.previous, checkpoint)
-        self.note, self.current = note, checkpoint
+        self.note, self.current, self.timestamp, self.first = note, checkpoint, stamp, checkpoint
         self._checked = True
         return checkpoint
 
@@ -567,9 +737,9 @@ class RemoteLog:
         if not self.enabled:
             return None
         note = self._fetch_note()
-        checkpoint = self._verify_note(note)
+        checkpoint, stamp = self._verify_note(note)
         self._advance(self.current, checkpoint)
-        self.note, self.current = note, checkpoint
+        self.note, self.current, self.timestamp = note, checkpoint, stamp
         return checkpoint
 
     def prove(self, claims: Sequence[EntryClaim]) -> dict[str, Any]:
@@ -600,6 +770,9 @@ class RemoteLog:
         for c in indexed:
             assert c.index is not None
             entries.append(self._prove_one(c, c.index, checkpoint, notes))
+            if c.ref is not None and c.types <= REF_CHANGE_TYPES:
+                entries[-1]["latest"] = self._check_latest(c, c.index, notes) if c.latest else None
+                self._remember(c.ref, c.index, c.subject)
         return {
             "verified": True,
             "checkpoint": {
@@ -668,6 +841,116 @@ class RemoteLog:
             "included_in": checkpoint.size,
         }
 
+    def _remember(self, ref: str, index: int, digest: str | None) -> None:
+        if digest is not None and (ref not in self.refs or self.refs[ref][0] < index):
+            self.refs[ref] = (index, digest)
+
+    def _check_latest(self, claim: EntryClaim, i: int, notes: list[str]) -> str:
+        """Check that entry ``i`` is ``claim.ref``'s latest change (see "Per-ref rollback"):
+        ``"proven"``, or ``"not checked"`` with a note; raise ``RefRollbackError``."""
+        assert claim.ref is not None
+        ref = claim.ref
+        seen = self.base.refs.get(ref) if self.base is not None else None
+        if seen is not None and i < seen[0]:
+            raise RefRollbackError(
+                f"{self.where} serves ref {ref} at {claim.subject} (audit entry {i}), but this store proved "
+                f"entry {seen[0]} for it before ({seen[1]}): the registry rolled the ref back to an older "
+                "value",
+                hint="do not use what it serves for this ref and tell its operators",
+                remote=self.name,
+                ref=ref,
+                index=i,
+                seen_index=seen[0],
+                seen_digest=seen[1],
+            )
+        assert self.first is not None
+        bound = self.first.size  # the log as it was before the ref was read
+        if i + 1 >= bound:
+            return "proven"
+        if bound - i - 1 > MAX_LATEST_SCAN:
+            notes.append(
+                f"ref {ref}: entry {i} is {bound - i - 1} entries before the end of the log, more than the "
+                f"{MAX_LATEST_SCAN} read to prove it is the ref's latest change: not checked"
+            )
+            log.warning("%s: whether entry %d is the latest change of %s was not checked", self.where, i, ref)
+            return "not checked"
+        try:
+            served = self._entries(i, bound)
+        except (UnauthenticatedError, ForbiddenError):
+            notes.append(
+                f"ref {ref}: the entries after {i} could not be read without a token: whether it is the "
+                "ref's latest change was not checked"
+            )
+            return "not checked"
+        self._authenticate_suffix(i, bound, served)
+        value: str | None = claim.subject
+        last = i
+        for k, raw in enumerate(served[1:], start=i + 1):
+            doc = parse_entry(raw, k)
+            details = doc.get("details")
+            if doc.get("type") not in REF_CHANGE_TYPES or doc.get("namespace") != claim.namespace:
+                continue
+            if not isinstance(details, dict) or details.get("ref") != ref:
+                continue
+            new = doc.get("new")
+            value, last = (new if isinstance(new, str) else None), k
+        if value != claim.subject:
+            raise RefRollbackError(
+                f"{self.where} serves ref {ref} at {claim.subject} (audit entry {i}), but its signed log "
+                f"records a later change, entry {last}, that left the ref "
+                + (f"at {value}" if value is not None else "deleted")
+                + ": the registry serves an outdated ref (rollback)",
+                hint="do not use what it serves for this ref and tell its operators",
+                remote=self.name,
+                ref=ref,
+                index=i,
+                later_index=last,
+                later_value=value,
+            )
+        if last != i:
+            self._remember(ref, last, claim.subject)
+        return "proven"
+
+    def _entries(self, start: int, end: int) -> list[bytes]:
+        """Entries ``[start, end)`` as served, page by page (``end - start <= MAX_LATEST_SCAN + 1``)."""
+        out: list[bytes] = []
+        while start + len(out) < end:
+            page = self.client.log_entries(start + len(out), end)
+            if not page.entries:
+                raise LogInconsistentError(
+                    f"{self.where} does not serve audit entry {start + len(out)} of its signed log of {end}",
+                    remote=self.name,
+                )
+            out.extend(e.entry for e in page.entries)
+        return out[: end - start]
+
+    def _authenticate_suffix(self, i: int, size: int, served: list[bytes]) -> None:
+        """Check that ``served`` are entries ``[i, size)`` of the log signed in ``self.first``: entry
+        ``i``'s inclusion proof verifies against the signed root and each of its right-hand
+        siblings is the hash of the served entries it covers."""
+        assert self.first is not None and self.first.size == size and len(served) == size - i
+        proof = self.client.log_inclusion_proof(i, size)
+        ranges = _right_sibling_ranges(i, size)
+        leaves = [leaf_hash(e) for e in served]
+        problem = None
+        try:
+            verify_inclusion(leaves[0], i, size, proof.hashes, self.first.root)
+        except MerkleProofError as e:
+            problem = e.message
+        if problem is None and len(proof.hashes) != len(ranges):
+            problem = f"a proof of {len(proof.hashes)} hashes, not {len(ranges)}"
+        for h, r in zip(proof.hashes, ranges, strict=False):
+            if problem is None and r is not None and root_from_leaf_hashes(leaves[r[0] - i : r[1] - i]) != h:
+                problem = f"entries {r[0]}..{r[1] - 1} as served do not hash to the signed tree"
+        if problem is not None:
+            raise LogInconsistentError(
+                f"{self.where}: the audit entries {i}..{size - 1} it serves are not those of its signed log "
+                f"of {size} entries: the entries were edited, withheld or reordered ({problem})",
+                hint="the registry serves entries its signed log does not hold; tell its operators",
+                remote=self.name,
+                index=i,
+            )
+
     def save(self) -> None:
         """Store the newest verified checkpoint (and a first-contact pin), merging with other processes."""
         if not self._checked or not self.enabled or self.current is None or self.note is None:
@@ -683,7 +966,7 @@ class RemoteLog:
                 state = RemoteLogState(
                     self.name, url, self.verifier, t, "first-contact", self.note, self.current, t
                 )
-                self.store.write(state)
+                self.store.write(state.with_refs(self.refs))
                 return
             if stored.verifier != self.verifier:
                 log.warning(
@@ -691,15 +974,20 @@ class RemoteLog:
                 )
                 return
             theirs = stored.checkpoint
+            state = stored.with_refs(self.refs)
             if theirs == self.current:
+                if state.refs != stored.refs:
+                    self.store.write(state)
                 return
             if theirs is not None and theirs != self.previous:
                 # Another process stored a checkpoint this one never compared with: prove them consistent.
                 if theirs.size > self.current.size:
                     self._advance(self.current, theirs)
+                    if state.refs != stored.refs:
+                        self.store.write(state)
                     return
                 self._advance(theirs, self.current)
-            self.store.write(stored.with_checkpoint(self.note, self.current, url))
+            self.store.write(state.with_checkpoint(self.note, self.current, url))
 
     def summary(self) -> dict[str, Any]:
         """The pin and the checkpoints of this command, for output."""
@@ -716,9 +1004,18 @@ class RemoteLog:
             "previous_size": None if self.previous is None else self.previous.size,
             "size": None if self.current is None else self.current.size,
             "root": None if self.current is None else b64(self.current.root),
+            "signed_at": self.timestamp,
+            "max_checkpoint_age": self.max_age,
             "checkpoint": self.note,
             "state_file": str(self.state_path),
         }
+
+
+def _configured_max_age(home: Home, name: str) -> int:
+    try:
+        return RemoteConfig(home).get(name).max_checkpoint_age
+    except NotFoundError:
+        return DEFAULT_MAX_CHECKPOINT_AGE
 
 
 @contextlib.contextmanager

@@ -9,6 +9,12 @@ document, changes ``remotes`` and writes it back atomically
 (``kvreg.core.atomicfile``), under an exclusive lock so that two concurrent
 ``kvreg remote add`` do not lose each other's change.
 
+A remote may carry ``"max_checkpoint_age"``: the age in seconds beyond which a
+signed checkpoint of its audit log is refused as stale (a frozen registry,
+``kvreg.remote.auditlog``); ``0`` turns the check off, an absent key means
+:data:`DEFAULT_MAX_CHECKPOINT_AGE` (24 hours). ``kvreg remote add --max-checkpoint-age``
+sets it; :func:`parse_age` reads ``90s``, ``30m``, ``24h``, ``7d``, plain seconds or ``off``.
+
 Tokens live apart, in ``$KVREG_HOME/credentials.json`` (``{NAME: {"token": T}}``),
 mode 0600. A credentials file that group or others can read is refused with the
 ``chmod`` that fixes it, like a private key. Tokens are never printed and never
@@ -49,6 +55,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CREDENTIALS_NAME",
+    "DEFAULT_MAX_CHECKPOINT_AGE",
     "REMOTE_NAME_PATTERN",
     "TOKEN_ENV_VAR",
     "Credentials",
@@ -57,6 +64,7 @@ __all__ = [
     "RemoteConfig",
     "connect",
     "normalize_url",
+    "parse_age",
     "validate_remote_name",
     "validate_token",
 ]
@@ -68,6 +76,10 @@ API_PREFIX = "/api/v1"
 _REMOTE_NAME_RE = re.compile(REMOTE_NAME_PATTERN, re.ASCII)
 # Header-safe token characters (RFC 6750 b64token); kvreg tokens are ``kvreg_<43 chars>``.
 _TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{1,1024}=*", re.ASCII)
+DEFAULT_MAX_CHECKPOINT_AGE = 24 * 3600
+MAX_CHECKPOINT_AGE_LIMIT = 10 * 365 * 24 * 3600  # ten years: any larger value is a typo
+_AGE_RE = re.compile(r"([0-9]{1,12})([smhd]?)", re.ASCII)
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CONFIG_MODE = 0o644
 _CREDENTIALS_MODE = 0o600
 
@@ -145,12 +157,29 @@ def validate_token(token: str) -> str:
     return value
 
 
+def parse_age(text: str) -> int:
+    """Seconds from ``90s``, ``30m``, ``24h``, ``7d``, plain seconds, or ``off`` (0); ``UsageError``."""
+    value = text.strip().lower() if isinstance(text, str) else ""
+    if value in ("off", "none", "never"):
+        return 0
+    match = _AGE_RE.fullmatch(value)
+    seconds = int(match.group(1)) * _AGE_UNITS[match.group(2)] if match else -1
+    if not 0 <= seconds <= MAX_CHECKPOINT_AGE_LIMIT:
+        raise UsageError(
+            f"invalid age {text!r}",
+            hint="a number of seconds, or with a unit: 90s, 30m, 24h, 7d (at most ten years); off: no limit",
+        )
+    return seconds
+
+
 @dataclass(frozen=True, slots=True)
 class Remote:
-    """A named registry: ``name`` and the server's root ``url``."""
+    """A named registry: ``name``, the server's root ``url`` and the maximum age in seconds of its
+    audit-log checkpoints (0: not checked)."""
 
     name: str
     url: str
+    max_checkpoint_age: int = DEFAULT_MAX_CHECKPOINT_AGE
 
     @property
     def api_url(self) -> str:
@@ -197,7 +226,13 @@ class RemoteConfig:
             validate_remote_name(name)
         except UsageError as e:
             raise ConfigError(f"config {self.path}: {e.message}", hint=e.hint) from e
-        return Remote(name, normalize_url(entry["url"]))
+        age = entry.get("max_checkpoint_age", DEFAULT_MAX_CHECKPOINT_AGE)
+        if isinstance(age, bool) or not isinstance(age, int) or not 0 <= age <= MAX_CHECKPOINT_AGE_LIMIT:
+            raise ConfigError(
+                f"config {self.path}: remotes.{name}.max_checkpoint_age must be a number of seconds",
+                hint=f"set it again: kvreg remote add {name} URL --replace --max-checkpoint-age 24h",
+            )
+        return Remote(name, normalize_url(entry["url"]), age)
 
     def list(self) -> list[Remote]:
         """Every configured remote, sorted by name."""
@@ -217,9 +252,16 @@ class RemoteConfig:
             )
         return self._parse(name, remotes[name])
 
-    def add(self, name: str, url: str, *, replace: bool = False) -> Remote:
-        """Add (with ``replace``: change) a remote; ``AlreadyExistsError`` if it exists with another URL."""
+    def add(
+        self, name: str, url: str, *, replace: bool = False, max_checkpoint_age: int | None = None
+    ) -> Remote:
+        """Add (with ``replace``: change) a remote; ``AlreadyExistsError`` if it exists with another URL.
+
+        ``max_checkpoint_age`` (seconds, 0: off) is stored when given; None keeps the stored
+        value (a new remote: the default)."""
         validate_remote_name(name)
+        if max_checkpoint_age is not None and not 0 <= max_checkpoint_age <= MAX_CHECKPOINT_AGE_LIMIT:
+            raise UsageError(f"invalid maximum checkpoint age {max_checkpoint_age!r}")
         remote = Remote(name, normalize_url(url))
         with jsonfile.locked(self.home, "config"):
             doc = jsonfile.read_object(self.path, "config")
@@ -227,18 +269,22 @@ class RemoteConfig:
             current = remotes.get(name)
             if current is not None and not replace:
                 existing = current.get("url") if isinstance(current, dict) else None
-                if existing == remote.url:
-                    return remote
-                raise AlreadyExistsError(
-                    f"remote {name!r} exists already (url {existing})",
-                    hint=f"remove it first (kvreg remote remove {name}) or pick another name",
-                    remote=name,
-                )
+                if existing == remote.url and max_checkpoint_age is None:
+                    return self._parse(name, current)
+                if existing != remote.url:
+                    raise AlreadyExistsError(
+                        f"remote {name!r} exists already (url {existing})",
+                        hint=f"remove it first (kvreg remote remove {name}) or pick another name",
+                        remote=name,
+                    )
             entry = dict(current) if isinstance(current, dict) else {}
             entry["url"] = remote.url
+            if max_checkpoint_age is not None:
+                entry["max_checkpoint_age"] = max_checkpoint_age
             remotes[name] = entry
             doc["remotes"] = remotes
             jsonfile.write_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+            remote = self._parse(name, entry)
         log.info("remote %s -> %s", name, remote.url)
         return remote
 
