@@ -10,8 +10,15 @@ C2SP signed note with the registry's log key. Before it signs a new size it chec
 that the new tree is consistent with the last checkpoint it signed (a consistency
 proof computed from the stored tree, verified against the stored root); a database
 edited behind its back therefore makes it refuse (``IntegrityError``) instead of
-signing a forked history. Every signed checkpoint is stored, and a size is never
-signed twice with different roots.
+signing a forked history. The first checkpoint signed at each size is stored, and a
+size is never signed twice with different roots.
+
+**Freshness.** Every note carries a ``timestamp <unix seconds>`` extension line
+(``kvreg.core.checkpoint``) and is signed afresh on every request, also when the log
+did not grow (the TUF "timestamp role": one Ed25519 signature, tens of microseconds).
+A client refuses a checkpoint older than its remote's maximum age, so a registry, or
+someone answering in its place, that keeps serving an old state is caught once the
+age has passed. The stored note of a size keeps the time it was first signed.
 
 **The key.** One Ed25519 key per registry, in ``settings.log_key_path`` (PEM, mode
 0600), created on first start. Every process of a scaled-out registry must read
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +40,6 @@ from sqlalchemy.orm import Session
 from kvreg.core import logtree, merkle
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
 from kvreg.core.errors import IntegrityError, KeyFileError, MerkleProofError, RequestInvalidError
-from kvreg.core.faults import crash_point
 from kvreg.core.keys import SigningKey
 from kvreg_registry.audit import read_nodes
 from kvreg_registry.db.engine import Database
@@ -137,8 +144,14 @@ class AuditLog:
 
     # --- checkpoints ---------------------------------------------------------------------
 
+    def _sign(self, size: int, root: bytes) -> str:
+        return sign_checkpoint(
+            Checkpoint(self.origin, size, root), self.key, self.origin, timestamp=int(time.time())
+        )
+
     def checkpoint(self) -> str:
-        """A signed checkpoint of the log as it is now (stored; reused for an unchanged size)."""
+        """A checkpoint of the log as it is now, signed now (dated: see the module docstring);
+        the first one of each size is stored."""
         with self.db.read() as s:
             size = self.size(s)
             stored = s.get(LogCheckpoint, size)
@@ -149,7 +162,7 @@ class AuditLog:
                         f"the audit log's tree at size {size} no longer has the root it had when it was "
                         "signed: the database was altered; refusing to sign"
                     )
-                return stored.note
+                return self._sign(size, root)
             previous = s.scalar(
                 select(LogCheckpoint)
                 .where(LogCheckpoint.size < size)
@@ -165,15 +178,13 @@ class AuditLog:
                         f"the audit log at size {size} is not consistent with the checkpoint signed at size "
                         f"{previous.size}: the database was altered; refusing to sign ({e.message})"
                     ) from e
-        note = sign_checkpoint(Checkpoint(self.origin, size, root), self.key, self.origin)
-        crash_point("registry.checkpoint.before_store")
+        note = self._sign(size, root)
         try:
             with self.db.write() as s:
                 s.add(LogCheckpoint(size=size, root=root, note=note))
         except DbIntegrityError:
-            with self.db.read() as s:  # another process signed this size first: use its note
+            with self.db.read() as s:  # another process signed this size first: same root, or refuse
                 stored = s.get(LogCheckpoint, size)
                 if stored is None or bytes(stored.root) != root:
                     raise IntegrityError(f"two different roots for log size {size}") from None
-                return stored.note
         return note
