@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 from kvreg.core import logtree, merkle
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
 from kvreg.core.errors import IntegrityError, KeyFileError, MerkleProofError, RequestInvalidError
+from kvreg.core.faults import crash_point
 from kvreg.core.keys import SigningKey
 from kvreg_registry.audit import read_nodes
 from kvreg_registry.db.engine import Database
@@ -179,6 +180,7 @@ class AuditLog:
                         f"{previous.size}: the database was altered; refusing to sign ({e.message})"
                     ) from e
         note = self._sign(size, root)
+        crash_point("registry.checkpoint.before_store")
         try:
             with self.db.write() as s:
                 s.add(LogCheckpoint(size=size, root=root, note=note))
