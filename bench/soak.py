@@ -810,6 +810,8 @@ class Soak:
             "after_warmup_kib": warm[0] if warm else None,
             "last_kib": rss[-1] if rss else None,
             "max_kib": max(rss) if rss else None,
+            # One sample per tenth of the run: [seconds, KiB].
+            "series": [[round(s), v] for s, v in self.rss[:: max(1, len(self.rss) // 10)]],
         }
         memory_flat = bool(rss) and rss[-1] <= 2 * warm[0]
         bool_checks = {k: v for k, v in checks.items() if isinstance(v, bool)}
