@@ -31,14 +31,14 @@ PUBLIC_NAMESPACE = "conformance-open"
 OBJECT = b"conformance: one object, stored before the run\n" * 8
 
 
-#: Requests the conformance run sent, per backend (reported at the end of the session).
+#: Requests the conformance run sent, per backend and per phase (reported at the end of the session).
 REQUESTS: Counter[str] = Counter()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if REQUESTS:
         counts = ", ".join(f"{backend}: {n}" for backend, n in sorted(REQUESTS.items()))
-        terminalreporter.write_line(f"conformance: requests sent per backend: {counts}")
+        terminalreporter.write_line(f"conformance: requests sent: {counts}")
 
 
 @dataclass

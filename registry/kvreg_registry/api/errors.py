@@ -16,8 +16,10 @@ with the body above; the routes declare their error codes themselves
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +27,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from kvreg.core import errors as e
 
@@ -101,22 +102,36 @@ def _answer(request: Request, response: JSONResponse) -> Response:
     return page
 
 
-def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at this path (Starlette's 405 names only the first route's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        route_methods = getattr(route, "methods", None)
-        if match != Match.NONE and route_methods:
-            methods.update(route_methods)
-    return sorted(methods)
+@functools.lru_cache(maxsize=256)
+def _template(path: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}/]+\})", path)
+    return re.compile("".join("[^/]+" if part.startswith("{") else re.escape(part) for part in parts))
+
+
+def allowed_methods(request: Request) -> list[str] | None:
+    """The methods the published API serves at this path (Starlette's 405 names only the
+    methods of one route); None for a path the OpenAPI does not describe (the web UI).
+
+    The most specific paths win: ``.../objects/missing`` is the missing query (POST), not an
+    object whose digest is ``missing``."""
+    path = request.scope.get("path", "")
+    matching = [
+        (template.count("{"), operations)
+        for template, operations in request.app.openapi().get("paths", {}).items()
+        if _template(template).fullmatch(path)
+    ]
+    if not matching:
+        return None
+    fewest = min(params for params, _ in matching)
+    return sorted({m.upper() for params, operations in matching if params == fewest for m in operations})
 
 
 _FASTAPI_VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 
 
 def _without_fastapi_422(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` less the ``422`` answers FastAPI documents for validation errors (we send 400)."""
+    """``schema`` less the ``422`` answers FastAPI documents for validation errors (we send 400),
+    and with every error answer as ``application/json``."""
     ref = f"#/components/schemas/{_FASTAPI_VALIDATION_SCHEMAS[0]}"
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
@@ -124,6 +139,11 @@ def _without_fastapi_422(schema: dict[str, Any]) -> dict[str, Any]:
             documented = responses.get("422", {}).get("content", {}).get("application/json", {})
             if documented.get("schema", {}).get("$ref") == ref:
                 del responses["422"]
+            for status, response in responses.items():
+                # Errors are JSON whatever the route answers on success (the checkpoint is text).
+                content = response.get("content", {}) if status[:1] in "45" else {}
+                for media_type in [t for t in content if t != "application/json"]:
+                    content.setdefault("application/json", content.pop(media_type))
     components = schema.get("components", {}).get("schemas", {})
     for name in _FASTAPI_VALIDATION_SCHEMAS:
         components.pop(name, None)
@@ -163,8 +183,9 @@ def install(app: FastAPI) -> None:
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "REQUEST_INVALID")
         body = {"code": code, "message": str(exc.detail)}
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(request))
+        allowed = allowed_methods(request) if exc.status_code == 405 else None
+        if allowed is not None:
+            headers["Allow"] = ", ".join(allowed)
         return _answer(request, error_response(exc.status_code, body, headers))
 
     @app.exception_handler(Exception)
