@@ -24,12 +24,12 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
-_HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
+from .proxy import HOP_HEADERS, LoopbackServer, forward, read_body
 
 Rewrite = Callable[[int, bytes, "re.Match[str]"], "tuple[int, bytes] | None"]
 
@@ -60,16 +60,11 @@ class LyingRegistry:
                 pass
 
             def _forward(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                r = proxy._http.request(
-                    self.command, proxy.upstream + self.path, headers=headers, content=body
-                )
+                r = forward(self, proxy.upstream, read_body(self), proxy._http)
                 status, content = proxy._answer(self.command, self.path, r.status_code, r.content)
                 self.send_response(status)
                 for k, v in r.headers.items():
-                    if k.lower() not in _HOP and k.lower() != "etag":
+                    if k.lower() not in HOP_HEADERS and k.lower() != "etag":
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
@@ -78,11 +73,8 @@ class LyingRegistry:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(Handler)
+        self.url = self._server.url
 
     def _answer(self, method: str, path: str, status: int, body: bytes) -> tuple[int, bytes]:
         plain = path.split("?", 1)[0]
@@ -139,8 +131,7 @@ class LyingRegistry:
         return r.content
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._server.close()
         self._http.close()
 
     def __enter__(self) -> LyingRegistry:

@@ -17,7 +17,37 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 
 _OBJECT = re.compile(r"/api/v1/namespaces/[^/]+/objects/sha256:[0-9a-f]{64}$")
-_HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
+#: Hop-by-hop and length headers a proxy must not copy from one connection to the other.
+HOP_HEADERS = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
+
+
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request body the handler is answering (the kvreg client never sends chunked bodies)."""
+    length = int(handler.headers.get("content-length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def forward(
+    handler: BaseHTTPRequestHandler, upstream: str, body: bytes, client: httpx.Client
+) -> httpx.Response:
+    """Send the handler's request, end-to-end headers and ``body`` to ``upstream``; its answer."""
+    headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP_HEADERS}
+    return client.request(handler.command, upstream + handler.path, headers=headers, content=body)
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) running ``handler`` until :meth:`close`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class StallingProxy:
@@ -33,6 +63,7 @@ class StallingProxy:
         self.stalled = threading.Event()
         self.release = threading.Event()
         self._lock = threading.Lock()
+        self._http = httpx.Client(timeout=60)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,8 +73,7 @@ class StallingProxy:
                 pass
 
             def _forward(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = read_body(self)
                 is_transfer = self.command == proxy.method and _OBJECT.match(self.path) is not None
                 stall = False
                 if is_transfer:
@@ -72,13 +102,10 @@ class StallingProxy:
                     proxy.stalled.set()
                     proxy.release.wait(120)
                     return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                r = httpx.request(
-                    self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=60
-                )
+                r = forward(self, proxy.upstream, body, proxy._http)
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():
-                    if k.lower() not in _HOP:
+                    if k.lower() not in HOP_HEADERS:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(r.content)))
                 self.end_headers()
@@ -93,13 +120,10 @@ class StallingProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(Handler)
+        self.url = self._server.url
 
     def close(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self._server.close()
+        self._http.close()
