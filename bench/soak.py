@@ -455,19 +455,23 @@ class Soak:
                     self.ledger.garbage.update(str(d) for d in [built.digest, *digests])
             self._timed("close_upload", lambda: client.close_upload(ns, upload))
 
-    def push_one(self, client: RegistryClient, rng: random.Random) -> None:
-        index = self.ledger.take_index()
-        ns = self.main[index % len(self.main)]
-        built = self.artifacts.build(index)
-        started = time.perf_counter()
+    def _store_artifact(self, client: RegistryClient, ns: str, built: Built, ref: str) -> None:
+        """Upload ``built``'s missing objects, store its envelope and create ``ref`` to it."""
         with self._session(client, ns, built):
             stored = self._timed(
                 "put_envelope", lambda: client.store_envelope(ns, built.digest, built.envelope_bytes)
             )
             if stored.created:
                 self.stats.count("envelopes_created")
-            if self._timed("ref_create", lambda: client.put_ref(ns, f"a{index}", built.digest, None)):
+            if self._timed("ref_create", lambda: client.put_ref(ns, ref, built.digest, None)):
                 self.stats.count("refs_created")
+
+    def push_one(self, client: RegistryClient, rng: random.Random) -> None:
+        index = self.ledger.take_index()
+        ns = self.main[index % len(self.main)]
+        built = self.artifacts.build(index)
+        started = time.perf_counter()
+        self._store_artifact(client, ns, built, f"a{index}")
         self.stats.record("push", time.perf_counter() - started)
         with self.ledger.lock:
             self.ledger.pushed[index] = (ns, str(built.digest))
@@ -606,14 +610,7 @@ class Soak:
             return
         index = self.ledger.take_index()
         built = self.artifacts.build(index)
-        with self._session(writer, ns, built):
-            stored = self._timed(
-                "put_envelope", lambda: writer.store_envelope(ns, built.digest, built.envelope_bytes)
-            )
-            if stored.created:
-                self.stats.count("envelopes_created")
-            if self._timed("ref_create", lambda: writer.put_ref(ns, f"c{index}", built.digest, None)):
-                self.stats.count("refs_created")
+        self._store_artifact(writer, ns, built, f"c{index}")
         with self.ledger.lock:
             self.ledger.churn_live[index] = str(built.digest)
         if rng.random() < 0.7:

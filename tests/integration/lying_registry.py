@@ -24,12 +24,11 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
-from .proxy import HOP_HEADERS, LoopbackServer, forward, read_body
+from .proxy import HOP_HEADERS, LoopbackServer, QuietHandler, forward, read_body
 
 Rewrite = Callable[[int, bytes, "re.Match[str]"], "tuple[int, bytes] | None"]
 
@@ -53,12 +52,7 @@ class LyingRegistry:
         self._http = httpx.Client(timeout=60)
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _forward(self) -> None:
                 r = forward(self, proxy.upstream, read_body(self), proxy._http)
                 status, content = proxy._answer(self.command, self.path, r.status_code, r.content)

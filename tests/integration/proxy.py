@@ -35,6 +35,15 @@ def forward(
     return client.request(handler.command, upstream + handler.path, headers=headers, content=body)
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """An HTTP/1.1 request handler that logs nothing (the proxies' base)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class LoopbackServer:
     """A threaded HTTP server on 127.0.0.1 (a free port) running ``handler`` until :meth:`close`."""
 
@@ -66,12 +75,7 @@ class StallingProxy:
         self._http = httpx.Client(timeout=60)
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _forward(self) -> None:
                 body = read_body(self)
                 is_transfer = self.command == proxy.method and _OBJECT.match(self.path) is not None
