@@ -400,12 +400,12 @@ class CrashRig:
             assert c.delete(f"/namespaces/{ns}/uploads/{upload}").status_code == 204
         return digests
 
-    def orphan_bytes(self) -> str:
+    def orphan_bytes(self, data: bytes | None = None) -> str:
         """Bytes in storage that no row claims (what a server killed between storage and
-        database leaves), written straight into the storage."""
+        database leaves), written straight into the storage; random unless ``data`` is given."""
         from kvreg.core.digest import Digest
 
-        data = os.urandom(100)
+        data = os.urandom(100) if data is None else data
         d = Digest.of_bytes(data)
         with self._open_state().storage.begin_upload() as pending:
             pending.write(data)

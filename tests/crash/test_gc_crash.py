@@ -99,6 +99,40 @@ def test_gc_killed_at_random_time(rig: CrashRig, seed: int) -> None:
     _after_gc_crash(rig, ns, home, garbage, orphan)
 
 
+def test_gc_leaves_orphan_bytes_alone_once_an_upload_claims_them(rig: CrashRig) -> None:
+    """Bytes with no row, listed by GC as an orphan; before GC claims them, an upload of the
+    same digest commits its row and the namespace's hold. GC must leave the bytes: the
+    namespace has been told it holds the object. (Found by ``bench/soak.py`` on PostgreSQL:
+    GC locked the upload's row, deleted the bytes, then failed on the hold's foreign key.)"""
+    rig.ensure_up()
+    ns, token = rig.namespace()
+    rig.collect_garbage()  # no other orphan: the first one GC lists is this test's
+    data = os.urandom(100)
+    orphan = rig.orphan_bytes(data)
+    gc = subprocess.Popen(
+        [sys.executable, "-m", "kvreg_registry.admin", "--json", "gc", "--grace-seconds", "0"],
+        env={**rig.reg.env, "KVREG_STOP_AT": "registry.gc.orphan_listed"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with killed_on_exit(gc):
+        wait_stopped(gc)
+        with rig.reg.http(token) as c:
+            r = c.put(f"/namespaces/{ns}/objects/{orphan}", content=data)
+            assert r.status_code in (200, 201), r.text
+        os.kill(gc.pid, signal.SIGCONT)
+        rc, out, err = rig.finish(gc)
+    assert rc == 0, f"{out}\n{err}"
+    assert json.loads(out)["orphans_removed"] == 0
+    assert orphan in rig.stored()
+    assert rig.held(ns, (orphan,)) == {orphan}
+    with rig.reg.http(token) as c:
+        r = c.get(f"/namespaces/{ns}/objects/{orphan}")
+        assert r.status_code == 200 and r.content == data
+    rig.fsck(leftovers=False)
+
+
 def test_gc_during_push_keeps_the_objects(rig: CrashRig) -> None:
     rig.ensure_up()
     ns, token = rig.namespace()

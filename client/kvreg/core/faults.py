@@ -54,6 +54,7 @@ POINTS: Mapping[str, str] = {
     "registry.gc.after_mark": "unreferenced links dropped (committed), no object swept yet",
     "registry.gc.mid_sweep": "an object's bytes deleted, its row deletion not committed",
     "registry.gc.before_orphans": "objects swept, orphan bytes not yet",
+    "registry.gc.orphan_listed": "bytes found with no row (a candidate orphan), not yet claimed",
     # client: the local store
     "client.object.before_install": "object temp file written and fsynced, not linked to its name",
     "client.ref.after_write": "ref file replaced, its reflog line not appended",

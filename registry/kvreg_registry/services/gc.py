@@ -18,7 +18,9 @@ One pass, in this order:
    (``objects.lock_object``), the same lock an upload holds while it makes an
    object visible, so GC never deletes bytes an upload has just reported stored;
 4. delete orphan bytes in storage (no row: a crash between storage and database)
-   older than the grace period, and leftovers of crashed uploads: temp files idle
+   older than the grace period, each under a row GC inserts for it
+   (``objects.claim_unclaimed``), and only if no upload committed a row for the
+   digest since the listing; and leftovers of crashed uploads: temp files idle
    for the grace period and at least ``INCOMPLETE_MIN_AGE_S`` (an hour), whatever
    the grace, so that a short grace (0 in tests) never pulls the temp file from
    under an upload in flight (found by ``bench/soak.py``: such an upload failed
@@ -174,9 +176,12 @@ def collect_garbage(
             in_session = object_service.in_open_session(s, digest)
             if still_held or in_session:
                 continue
+            # The row's deletion is flushed before the bytes go: a database refusal (a
+            # constraint) then leaves both in place, never a held row without bytes.
+            s.delete(row)
+            s.flush()
             storage.delete(Digest(digest))
             crash_point("registry.gc.mid_sweep")
-            s.delete(row)
         report.objects_removed += 1
         report.bytes_removed += size
 
@@ -185,16 +190,17 @@ def collect_garbage(
     with db.read() as s:
         in_flight_now = set(s.scalars(object_service.in_open_sessions_clause()).all())
     for obj in _without_rows(db, storage, known_cutoff, in_flight_now):
+        crash_point("registry.gc.orphan_listed")
         if dry_run:
             with db.read() as s:
                 if s.get(StoredObject, obj.digest) is None:
                     report.orphans_removed += 1
             continue
         with db.write() as s:
-            if s.get(StoredObject, obj.digest) is not None:
+            # Claim the digest with a row of our own, which an upload waits on; if an upload
+            # committed its row since the listing, the bytes are its object: leave them.
+            if not object_service.claim_unclaimed(s, obj.digest, obj.size):
                 continue
-            # Lock the digest the way an upload does, then delete the bytes that no row claims.
-            object_service.lock_object(s, obj.digest, obj.size)
             storage.delete(obj.digest)
             s.execute(delete(StoredObject).where(StoredObject.digest == obj.digest))
         report.orphans_removed += 1

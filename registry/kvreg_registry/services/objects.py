@@ -27,6 +27,7 @@ from kvreg.core.errors import (
     DigestMismatchError,
     ObjectNotFoundError,
     RequestInvalidError,
+    UnavailableError,
     UploadNotFoundError,
 )
 from kvreg_registry.db.engine import insert_ignore
@@ -145,17 +146,48 @@ def close_session(session: Session, ns: Namespace, upload_id: str) -> bool:
 
 
 def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:
-    """Insert the object's row if absent and lock it for the rest of the transaction."""
-    insert_ignore(session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}])
-    row = session.execute(
-        select(StoredObject).where(StoredObject.digest == digest).with_for_update()
-    ).scalar_one()
+    """Insert the object's row if absent and lock it for the rest of the transaction.
+
+    On PostgreSQL the insert finds a committed row without waiting on its lock; if GC holds
+    that lock and deletes the row, the locking read then finds nothing: the insert is tried
+    again (GC has committed by then, so the second insert goes in or finds a new row).
+    """
+    row: StoredObject | None = None
+    for _ in range(3):
+        insert_ignore(
+            session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}]
+        )
+        row = session.execute(
+            select(StoredObject).where(StoredObject.digest == digest).with_for_update()
+        ).scalar_one_or_none()
+        if row is not None:
+            break
+    if row is None:  # pragma: no cover - three GC deletions of one digest during one upload
+        raise UnavailableError(f"object {digest} was garbage-collected three times while being stored; retry")
     if row.size != size:
         # Same digest, other length: these bytes cannot hash to the digest.
         raise DigestMismatchError(
             f"object {digest} has {row.size} bytes; the uploaded bytes ({size}) cannot hash to it"
         )
     return row
+
+
+def claim_unclaimed(session: Session, digest: Digest, size: int) -> bool:
+    """Insert the row of bytes that no row claimed when listed, locked for the transaction.
+
+    True if this transaction inserted it: nobody else claims the bytes and, until the
+    transaction ends, an upload of the digest waits on the row (:func:`lock_object`), so
+    the caller may delete them. False if an upload committed the row after the bytes were
+    listed: the bytes are that upload's object now, and must be left alone. (Locking the
+    existing row instead, as GC once did, let it delete the bytes of an object a namespace
+    had just been told it holds: found by ``bench/soak.py`` on PostgreSQL.)
+    """
+    return (
+        insert_ignore(
+            session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}]
+        )
+        > 0
+    )
 
 
 def hold(session: Session, ns: Namespace, digest: Digest) -> bool:
