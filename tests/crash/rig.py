@@ -194,6 +194,17 @@ class CrashRig:
     def gc(self, *, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return self.admin("gc", "--grace-seconds", "0", extra_env=extra_env)
 
+    def spawn_gc_stopped_at(self, point: str) -> subprocess.Popen[str]:
+        """``kvreg-admin --json gc --grace-seconds 0`` started with ``KVREG_STOP_AT=point``: the
+        caller waits for it to stop (:func:`wait_stopped`), then resumes or kills it."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "kvreg_registry.admin", "--json", "gc", "--grace-seconds", "0"],
+            env={**self.reg.env, "KVREG_STOP_AT": point},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     # --- namespaces and client homes ---------------------------------------------------------
 
     def namespace(self) -> tuple[str, str]:

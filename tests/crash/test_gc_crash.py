@@ -20,8 +20,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -85,13 +83,7 @@ def test_gc_killed_at_random_time(rig: CrashRig, seed: int) -> None:
     at a random time after it resumes."""
     ns, home, garbage, orphan = _with_garbage(rig)
     rng = random.Random(f"gc-{rig.reg.backend}-{seed}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kvreg_registry.admin", "--json", "gc", "--grace-seconds", "0"],
-        env={**rig.reg.env, "KVREG_STOP_AT": "registry.gc.begin"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = rig.spawn_gc_stopped_at("registry.gc.begin")
     with killed_on_exit(proc):
         wait_stopped(proc)
         os.kill(proc.pid, signal.SIGCONT)
@@ -109,13 +101,7 @@ def test_gc_leaves_orphan_bytes_alone_once_an_upload_claims_them(rig: CrashRig) 
     rig.collect_garbage()  # no other orphan: the first one GC lists is this test's
     data = os.urandom(100)
     orphan = rig.orphan_bytes(data)
-    gc = subprocess.Popen(
-        [sys.executable, "-m", "kvreg_registry.admin", "--json", "gc", "--grace-seconds", "0"],
-        env={**rig.reg.env, "KVREG_STOP_AT": "registry.gc.orphan_listed"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    gc = rig.spawn_gc_stopped_at("registry.gc.orphan_listed")
     with killed_on_exit(gc):
         wait_stopped(gc)
         with rig.reg.http(token) as c:
