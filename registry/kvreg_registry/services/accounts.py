@@ -79,8 +79,7 @@ def create_namespace(
     if session.scalar(select(Namespace.id).where(Namespace.name == name)) is not None:
         raise AlreadyExistsError(f"namespace {name!r} exists already")
     ns = Namespace(name=name, public=public, description=description)
-    session.add(ns)
-    _flush_unique(session, f"namespace {name!r} exists already")
+    _add_unique(session, ns, f"namespace {name!r} exists already")
     audit.append(
         session,
         "namespace.created",
@@ -117,8 +116,7 @@ def create_user(session: Session, principal: Principal, name: str, *, admin: boo
     if session.scalar(select(User.id).where(User.name == name)) is not None:
         raise AlreadyExistsError(f"user {name!r} exists already")
     user = User(name=name, is_admin=admin)
-    session.add(user)
-    _flush_unique(session, f"user {name!r} exists already")
+    _add_unique(session, user, f"user {name!r} exists already")
     audit.append(session, "user.created", actor=principal.name, new={"user": name, "admin": admin})
     return user
 
@@ -246,8 +244,7 @@ def register_key(session: Session, principal: Principal, namespace: str, public_
             hint="generate a new key",
         )
     row = SigningKey(namespace_id=ns.id, keyid=key.keyid, public_key=key.to_text())
-    session.add(row)
-    _flush_unique(session, f"key {key.keyid} is registered for {namespace!r} already")
+    _add_unique(session, row, f"key {key.keyid} is registered for {namespace!r} already")
     audit.append(
         session,
         "key.registered",
@@ -273,9 +270,13 @@ def revoke_key(session: Session, principal: Principal, namespace: str, keyid: st
     return row
 
 
-def _flush_unique(session: Session, message: str) -> None:
+def _add_unique(session: Session, row: object, message: str) -> None:
+    """Add and flush ``row`` in a savepoint: a concurrent insert of the same key raises
+    ``AlreadyExistsError`` and leaves the rest of the transaction usable. (The row is added
+    inside the savepoint: begin_nested() flushes what is pending before it begins.)"""
     try:
         with session.begin_nested():
+            session.add(row)
             session.flush()
     except IntegrityError as e:
         raise AlreadyExistsError(message) from e

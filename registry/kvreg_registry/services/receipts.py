@@ -89,12 +89,11 @@ def store(
         created_by=principal.name,
         created_at=utcnow(),
     )
-    session.add(row)
     try:
-        with session.begin_nested():
+        with session.begin_nested():  # the row added inside it: see accounts._add_unique
+            session.add(row)
             session.flush()
-    except DbIntegrityError:  # the same receipt, stored concurrently
-        session.expunge(row)
+    except DbIntegrityError:  # the same receipt, stored concurrently (the savepoint expunged the row)
         existing = _by_digest(session, ns, opened.digest)
         if existing is None:
             raise

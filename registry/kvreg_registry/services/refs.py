@@ -92,9 +92,13 @@ def put(
             updated_at=now,
             updated_by=principal.name,
         )
-        session.add(row)
         try:
+            # Added inside the savepoint: added before it, the row would be flushed by
+            # begin_nested() itself, outside the savepoint, and a concurrent creation's
+            # unique violation would abort the whole transaction (a 500 instead of a 409;
+            # found by bench/soak.py on PostgreSQL).
             with session.begin_nested():
+                session.add(row)
                 session.flush()
         except IntegrityError:
             raise RefConflictError(f"{ns.name}/{name} was created concurrently") from None
