@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,20 @@ def fresh_pg_database() -> Iterator[str]:
         yield _with_database(admin, name)
     finally:
         _drop_pg_database(admin, name)
+
+
+def wait_for_a_lock_wait(
+    url: str, what: str, *, still_running: Callable[[], bool] = lambda: True, timeout: float = 30.0
+) -> None:
+    """Return once some transaction on the PostgreSQL database at ``url`` waits on a lock:
+    how the race tests know a concurrent request has reached the lock they hold. Fails
+    the test after ``timeout`` seconds, or as soon as ``still_running()`` is false."""
+    deadline = time.monotonic() + timeout
+    with _pg_connect(url) as conn:
+        while not conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+            if not still_running() or time.monotonic() > deadline:
+                pytest.fail(f"{what} never waited on the lock held for it")
+            time.sleep(0.05)
 
 
 def _drop_pg_database(admin: str, name: str) -> None:

@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 from sqlalchemy.orm import Session
+
+from services import wait_for_a_lock_wait
 
 from .http_helpers import envelope_bytes, error_code, upload_objects
 from .registry_server import Registry
@@ -68,15 +69,9 @@ def _race(
             rival(s)
             thread = threading.Thread(target=send)
             thread.start()
-            deadline = time.monotonic() + WAIT_S
-            while True:
-                with db.read() as probe:
-                    if probe.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")):
-                        break
-                assert thread.is_alive() and time.monotonic() < deadline, (
-                    f"the server's request never waited on the rival's lock: {answers} {failures}"
-                )
-                time.sleep(0.05)
+            wait_for_a_lock_wait(
+                registry.env["KVREG_DATABASE_URL"], "the server's request", still_running=thread.is_alive
+            )
         thread.join(WAIT_S)
     assert not thread.is_alive() and failures == [], failures
     return answers[0]

@@ -10,21 +10,16 @@ there.
 from __future__ import annotations
 
 import threading
-import time
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
 
 from kvreg.core.digest import Digest
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.db.models import StoredObject
 from kvreg_registry.services import objects as object_service
+from services import wait_for_a_lock_wait
 
 WAIT_S = 30.0
-
-
-def _waiting_on_a_lock(db: Database) -> bool:
-    with db.read() as s:
-        return bool(s.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")))
 
 
 def test_lock_object_inserts_the_row_again_when_gc_deletes_it_meanwhile(fresh_pg_url: str) -> None:
@@ -49,10 +44,7 @@ def test_lock_object_inserts_the_row_again_when_gc_deletes_it_meanwhile(fresh_pg
             gc.execute(select(StoredObject).where(StoredObject.digest == digest).with_for_update()).one()
             thread = threading.Thread(target=upload)
             thread.start()
-            deadline = time.monotonic() + WAIT_S
-            while not _waiting_on_a_lock(db):
-                assert time.monotonic() < deadline, "the upload never waited on GC's row lock"
-                time.sleep(0.05)
+            wait_for_a_lock_wait(fresh_pg_url, "the upload", still_running=thread.is_alive)
             gc.execute(delete(StoredObject).where(StoredObject.digest == digest))
         thread.join(WAIT_S)
         assert not thread.is_alive()

@@ -11,7 +11,9 @@
   never wait for writers under WAL).
 
 Both commit on success and roll back on any exception. ``insert_ignore`` is the
-portable ``INSERT ... ON CONFLICT DO NOTHING`` used for idempotent writes.
+portable ``INSERT ... ON CONFLICT DO NOTHING`` used for idempotent writes;
+``add_in_savepoint`` inserts one ORM row whose unique key a concurrent
+transaction may take first, without losing the enclosing transaction.
 ``upgrade(url)`` runs the alembic migrations to ``head``: that is how every
 database is created, in tests too. Nothing here knows the domain.
 """
@@ -155,6 +157,22 @@ def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, An
     key = next(iter(table.primary_key.columns))
     result = session.execute(stmt.returning(key), list(rows))
     return len(result.all())
+
+
+def add_in_savepoint(session: Session, row: object) -> None:
+    """Add ``row`` and flush it inside a savepoint.
+
+    If a constraint refuses it (a concurrent transaction inserted the same key first), the
+    ``IntegrityError`` propagates for the caller to translate, only the savepoint is rolled
+    back (the row leaves the session with it), and the enclosing transaction stays usable.
+    The row is added *inside* the savepoint on purpose: ``begin_nested()`` first flushes
+    what is pending, so a row added before it would be inserted outside the savepoint and
+    its failure would abort the whole transaction (a 500 instead of a 409 on PostgreSQL;
+    found by ``bench/soak.py``: two pushers creating the same ref).
+    """
+    with session.begin_nested():
+        session.add(row)
+        session.flush()
 
 
 def alembic_config(url: str) -> Any:

@@ -24,6 +24,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.names import validate_namespace
 from kvreg_registry import audit
 from kvreg_registry.auth import ROLE_RANK, Principal, expiry, generate_token, hash_token
+from kvreg_registry.db.engine import add_in_savepoint
 from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, utcnow
 
 _USER_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
@@ -271,12 +272,8 @@ def revoke_key(session: Session, principal: Principal, namespace: str, keyid: st
 
 
 def _add_unique(session: Session, row: object, message: str) -> None:
-    """Add and flush ``row`` in a savepoint: a concurrent insert of the same key raises
-    ``AlreadyExistsError`` and leaves the rest of the transaction usable. (The row is added
-    inside the savepoint: begin_nested() flushes what is pending before it begins.)"""
+    """Insert ``row``; ``AlreadyExistsError`` if a concurrent transaction took its key first."""
     try:
-        with session.begin_nested():
-            session.add(row)
-            session.flush()
+        add_in_savepoint(session, row)
     except IntegrityError as e:
         raise AlreadyExistsError(message) from e

@@ -154,9 +154,7 @@ def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:
     """
     row: StoredObject | None = None
     for _ in range(3):
-        insert_ignore(
-            session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}]
-        )
+        _insert_row_if_absent(session, digest, size)
         row = session.execute(
             select(StoredObject).where(StoredObject.digest == digest).with_for_update()
         ).scalar_one_or_none()
@@ -182,12 +180,13 @@ def claim_unclaimed(session: Session, digest: Digest, size: int) -> bool:
     existing row instead, as GC once did, let it delete the bytes of an object a namespace
     had just been told it holds: found by ``bench/soak.py`` on PostgreSQL.)
     """
-    return (
-        insert_ignore(
-            session, StoredObject.__table__, [{"digest": digest, "size": size, "created_at": utcnow()}]
-        )
-        > 0
-    )
+    return _insert_row_if_absent(session, digest, size)
+
+
+def _insert_row_if_absent(session: Session, digest: Digest, size: int) -> bool:
+    """Insert the object's row unless one exists; True if this call inserted it."""
+    rows = [{"digest": digest, "size": size, "created_at": utcnow()}]
+    return insert_ignore(session, StoredObject.__table__, rows) > 0
 
 
 def hold(session: Session, ns: Namespace, digest: Digest) -> bool:

@@ -40,6 +40,7 @@ from kvreg.core.errors import (
 from kvreg.core.receipt import OpenedReceipt, Receipt, open_receipt
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
+from kvreg_registry.db.engine import add_in_savepoint
 from kvreg_registry.db.models import Envelope, GraftReceipt, Namespace, SigningKey, utcnow
 
 MAX_LIMIT = 500
@@ -90,10 +91,8 @@ def store(
         created_at=utcnow(),
     )
     try:
-        with session.begin_nested():  # the row added inside it: see accounts._add_unique
-            session.add(row)
-            session.flush()
-    except DbIntegrityError:  # the same receipt, stored concurrently (the savepoint expunged the row)
+        add_in_savepoint(session, row)
+    except DbIntegrityError:  # the same receipt, stored concurrently
         existing = _by_digest(session, ns, opened.digest)
         if existing is None:
             raise

@@ -28,6 +28,7 @@ from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_name
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
+from kvreg_registry.db.engine import add_in_savepoint
 from kvreg_registry.db.models import Envelope, Namespace, Ref, utcnow
 from kvreg_registry.services import holds
 
@@ -93,13 +94,7 @@ def put(
             updated_by=principal.name,
         )
         try:
-            # Added inside the savepoint: added before it, the row would be flushed by
-            # begin_nested() itself, outside the savepoint, and a concurrent creation's
-            # unique violation would abort the whole transaction (a 500 instead of a 409;
-            # found by bench/soak.py on PostgreSQL).
-            with session.begin_nested():
-                session.add(row)
-                session.flush()
+            add_in_savepoint(session, row)
         except IntegrityError:
             raise RefConflictError(f"{ns.name}/{name} was created concurrently") from None
         crash_point("registry.ref.before_log")
