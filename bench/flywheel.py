@@ -48,6 +48,8 @@ from typing import Any
 
 from rich.console import Console
 
+from kvreg.fileio.keyfiles import save_trust_policy
+
 
 def answer_line_variant(lm: Any, problems: list[Any], max_new_tokens: int) -> dict[str, Any]:
     """Plain generation with ``question + solution`` as the prompt: the answer line's cost."""
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     policy = TrustPolicy()
     policy.allow(spec.namespace, key.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     lm = load_model(
         model_path(),
         EngineSettings(threads=args.threads, block_size=FLYWHEEL_BLOCK_SIZE),

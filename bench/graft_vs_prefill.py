@@ -61,6 +61,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kvreg.fileio.keyfiles import save_trust_policy
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "out"
 
@@ -189,7 +191,7 @@ def deposit_artifact(lm: Any, home: Any, tokens: list[int]) -> Any:
     key = SigningKey.generate()
     policy = TrustPolicy()
     policy.allow("bench", key.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     computed = deposit.compute_artifact(lm, tokens)
     manifest, objects = deposit.build_manifest(
         lm, computed, text=lm.decode(tokens), prompt=None, verification=None, annotations={"title": "bench"}

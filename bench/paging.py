@@ -61,6 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from kvreg.fileio.keyfiles import save_trust_policy  # noqa: E402
 from push_pull import (  # noqa: E402  (bench helpers: model cache, depositor, registry)
     Depositor,
     _cached_model,
@@ -259,7 +260,7 @@ def budget_run(
             home.ensure()
             policy = TrustPolicy()
             policy.allow(NAMESPACE, depositor.key.public_key)
-            policy.save(home.trust_path)
+            save_trust_policy(policy, home.trust_path)
             library_bytes = sum(
                 depositor.home.objects.size(d)
                 for ref in chosen

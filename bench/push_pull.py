@@ -88,6 +88,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvreg.fileio.keyfiles import save_trust_policy
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "out"
 MIB = 1 << 20
@@ -228,7 +230,7 @@ class Depositor:
         key = SigningKey.generate()
         policy = TrustPolicy()
         policy.allow(namespace, key.public_key)
-        policy.save(home.trust_path)
+        save_trust_policy(policy, home.trust_path)
         return cls(home, key, namespace)
 
     def deposit(self, lm: Any, tokens: list[int], name: str, title: str) -> Any:
@@ -664,7 +666,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
                 home.ensure()
                 trust = TrustPolicy()
                 trust.allow(ns, depositor.key.public_key)
-                trust.save(home.trust_path)
+                save_trust_policy(trust, home.trust_path)
                 timer = PhaseTimer()
                 with registry.client() as client, timer.around_install():
                     report, sample = timed_call(

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
-from kvreg.core.faults import crash_point
 from kvreg.core.merkle import leaf_hash
+from kvreg.fileio.faults import crash_point
 from kvreg_registry.db.models import AuditEntry, AuditSubject, LogHead, LogNode, utcnow
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine.config import EngineSettings
 from kvreg.engine.deposit import deposit
 from kvreg.engine.runtime import load_model
+from kvreg.fileio.keyfiles import load_signing_key
 from kvreg.store.home import Home
 
 BLOCK = 16
@@ -23,7 +23,7 @@ BLOCK = 16
 def main() -> None:
     home_dir, model, namespace, count = sys.argv[1:5]
     home = Home(Path(home_dir))
-    key = SigningKey.load(home.keys_dir / "default.key")
+    key = load_signing_key(home.keys_dir / "default.key")
     lm = load_model(model, EngineSettings(block_size=BLOCK), cache_dir=home.cache_dir)
     for i in range(1, int(count) + 1):
         ref = RefName(namespace, f"ex{i:02d}")

@@ -11,6 +11,7 @@ import pytest
 
 from kvreg.core.errors import KeyFileError, SignatureError
 from kvreg.core.keys import PublicKey, SigningKey
+from kvreg.fileio.keyfiles import load_signing_key, save_signing_key
 
 # RFC 8032 §7.1, test 1.
 RFC8032_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
@@ -75,10 +76,10 @@ def test_verify_raises() -> None:
 def test_save_and_load(tmp_path: Path) -> None:
     key = SigningKey.generate()
     path = tmp_path / "id.pem"
-    key.save(path)
+    save_signing_key(key, path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
-    loaded = SigningKey.load(path)
+    loaded = load_signing_key(path)
     assert loaded.public_key == key.public_key
     assert [p.name for p in tmp_path.iterdir()] == ["id.pem"]  # no temp file left behind
     assert key.public_key.keyid in repr(key)
@@ -88,42 +89,42 @@ def test_save_and_load(tmp_path: Path) -> None:
 def test_save_refuses_to_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "id.pem"
     first = SigningKey.generate()
-    first.save(path)
+    save_signing_key(first, path)
     with pytest.raises(KeyFileError, match="already exists"):
-        SigningKey.generate().save(path)
-    assert SigningKey.load(path).public_key == first.public_key
+        save_signing_key(SigningKey.generate(), path)
+    assert load_signing_key(path).public_key == first.public_key
     second = SigningKey.generate()
-    second.save(path, overwrite=True)
-    assert SigningKey.load(path).public_key == second.public_key
+    save_signing_key(second, path, overwrite=True)
+    assert load_signing_key(path).public_key == second.public_key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o602])
 def test_load_refuses_loose_permissions(tmp_path: Path, mode: int) -> None:
     path = tmp_path / "id.pem"
-    SigningKey.generate().save(path)
+    save_signing_key(SigningKey.generate(), path)
     path.chmod(mode)
     with pytest.raises(KeyFileError) as info:
-        SigningKey.load(path)
+        load_signing_key(path)
     assert info.value.hint == f"chmod 600 {path}"
     assert "group or others" in info.value.message
 
 
 def test_load_errors(tmp_path: Path) -> None:
     with pytest.raises(KeyFileError, match="does not exist"):
-        SigningKey.load(tmp_path / "missing.pem")
+        load_signing_key(tmp_path / "missing.pem")
     junk = tmp_path / "junk.pem"
     junk.write_bytes(b"not a key")
     junk.chmod(0o600)
     with pytest.raises(KeyFileError, match=r"junk\.pem"):
-        SigningKey.load(junk)
+        load_signing_key(junk)
     pub = tmp_path / "pub.pem"
     pub.write_bytes(SigningKey.generate().public_key.to_pem())
     pub.chmod(0o600)
     with pytest.raises(KeyFileError):
-        SigningKey.load(pub)
+        load_signing_key(pub)
     with pytest.raises(KeyFileError):
-        SigningKey.load(tmp_path)  # a directory
+        load_signing_key(tmp_path)  # a directory
 
 
 def test_non_ed25519_keys_are_refused() -> None:

@@ -10,10 +10,11 @@ import pytest
 from kvreg.core.errors import ConfigError, InvalidNameError, NotFoundError
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import load_trust_policy, save_trust_policy
 
 
 def test_missing_file_is_empty(tmp_path: Path) -> None:
-    policy = TrustPolicy.load(tmp_path / "trust.json")
+    policy = load_trust_policy(tmp_path / "trust.json")
     assert policy.is_empty()
     assert policy.keys_for("aime25") == []
 
@@ -45,10 +46,10 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     policy.allow("aime25", a)
     policy.allow("*", b)
     path = tmp_path / "trust.json"
-    policy.save(path)
+    save_trust_policy(policy, path)
     doc = json.loads(path.read_text())
     assert doc == {"version": 1, "namespaces": {"*": [b.to_text()], "aime25": [a.to_text()]}}
-    loaded = TrustPolicy.load(path)
+    loaded = load_trust_policy(path)
     assert loaded.namespaces() == policy.namespaces()
     assert loaded.keys_for("aime25") == [a, b]
     assert [p.name for p in tmp_path.iterdir()] == ["trust.json"]
@@ -75,4 +76,4 @@ def test_malformed_policy_is_an_error_not_empty(tmp_path: Path, doc: bytes) -> N
     path = tmp_path / "trust.json"
     path.write_bytes(doc)
     with pytest.raises(ConfigError):
-        TrustPolicy.load(path)
+        load_trust_policy(path)

@@ -2,7 +2,7 @@
 port, client commands run as killable subprocesses, and the checks every test makes after a crash.
 
 The registry is a real ``kvreg serve`` (``tests/integration/registry_server.py``) on one of the
-two backends. Crashes come from ``kvreg.core.faults`` (``KVREG_CRASH_AT`` / ``KVREG_STOP_AT``
+two backends. Crashes come from ``kvreg.fileio.faults`` (``KVREG_CRASH_AT`` / ``KVREG_STOP_AT``
 in the environment of the process that should die or freeze) or from ``kill -9`` sent by the
 test at a seeded random time. After each crash the tests check, with the same tools an
 operator has:
@@ -34,6 +34,7 @@ from typing import Any
 
 from cli.helpers import kvreg_env
 from integration.registry_server import Registry
+from kvreg.fileio.keyfiles import load_trust_policy, save_trust_policy
 
 # A crash point that is never reached must fail the test, not hang it.
 WAIT_S = 120.0
@@ -104,7 +105,7 @@ class CrashRig:
         self.crash_file = tmp / "crash-at"
         self.crash_file.write_text("")
         self._state: Any = None
-        # From now on the server reads its crash points from ``crash_file`` (kvreg.core.faults).
+        # From now on the server reads its crash points from ``crash_file`` (kvreg.fileio.faults).
         self.restart()
 
     def close(self) -> None:
@@ -217,7 +218,6 @@ class CrashRig:
         """A client home with ``origin`` and ``token``, trusting the depositor for ``ns``; with
         ``store`` a copy of the depositor's store (to push from)."""
         from kvreg.core.keys import PublicKey
-        from kvreg.core.trust import TrustPolicy
         from kvreg.remote.config import Credentials, RemoteConfig
         from kvreg.store.home import Home
 
@@ -231,9 +231,9 @@ class CrashRig:
         h = Home(home)
         RemoteConfig(h).add("origin", self.reg.url)
         Credentials(h).set("origin", token)
-        policy = TrustPolicy.load(h.trust_path)
+        policy = load_trust_policy(h.trust_path)
         policy.allow(ns, PublicKey.from_text(self.depositor["public_key"]))
-        policy.save(h.trust_path)
+        save_trust_policy(policy, h.trust_path)
         return home
 
     # --- client commands -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``kvreg.core.faults``: crash points kill at the named hit and only there; every point in the
+"""``kvreg.fileio.faults``: crash points kill at the named hit and only there; every point in the
 code is listed in ``POINTS`` and every listed point is in the code (and so in these tests)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvreg.core.faults import POINTS
+from kvreg.fileio.faults import POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
-from kvreg.core.faults import crash_point
+from kvreg.fileio.faults import crash_point
 for i in range(3):
     crash_point("a")
     print("after a", i + 1, flush=True)

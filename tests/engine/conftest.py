@@ -12,6 +12,7 @@ from kvreg.engine.config import EngineSettings
 from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.engine.tiny import build_model_dir
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.store.home import Home
 
 TEXT = QUESTION + SOLUTION
@@ -42,7 +43,7 @@ def key(home: Home) -> SigningKey:
     signing = SigningKey.generate()
     policy = TrustPolicy()
     policy.allow("*", signing.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     return signing
 
 

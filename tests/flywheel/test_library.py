@@ -15,6 +15,7 @@ from kvreg.core.trust import TrustPolicy
 from kvreg.engine.config import EngineSettings
 from kvreg.engine.route import generate
 from kvreg.engine.runtime import LoadedModel, load_model
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.flywheel import exam
 from kvreg.flywheel.library import (
     VERIFIER,
@@ -52,7 +53,7 @@ def key(home: Home) -> SigningKey:
     signing = SigningKey.generate()
     policy = TrustPolicy()
     policy.allow("*", signing.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     return signing
 
 

@@ -12,6 +12,7 @@ from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.config import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.flywheel.exam import easy_exam, hard_exam
 from kvreg.flywheel.loop import FlywheelSpec, run_flywheel, summarize
 from kvreg.flywheel.model import model_path
@@ -31,7 +32,7 @@ def _home(path: Path, key: SigningKey | None) -> Home:
     policy = TrustPolicy()
     if key is not None:
         policy.allow(SPEC.namespace, key.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     return home
 
 

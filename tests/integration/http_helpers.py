@@ -10,11 +10,12 @@ import httpx
 from kvreg.core.canonical import canonical_json
 from kvreg.core.envelope import sign_envelope
 from kvreg.core.keys import SigningKey
+from kvreg.fileio.keyfiles import load_signing_key
 from kvreg.store.home import Home
 
 
 def depositor_key(depositor: dict[str, Any]) -> SigningKey:
-    return SigningKey.load(Path(depositor["home"]) / "keys" / "default.key")
+    return load_signing_key(Path(depositor["home"]) / "keys" / "default.key")
 
 
 def upload_objects(

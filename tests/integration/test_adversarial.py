@@ -35,6 +35,7 @@ import pytest
 from cli.helpers import kvreg
 from kvreg.core.checkpoint import Checkpoint, parse_checkpoint_body, sign_checkpoint
 from kvreg.core.keys import SigningKey
+from kvreg.fileio.keyfiles import load_signing_key, load_trust_policy, save_trust_policy
 
 from .lying_registry import LyingRegistry
 from .registry_server import Registry
@@ -75,7 +76,6 @@ def make_client_home(
     same files ``kvreg remote add``, ``login`` and ``trust add`` write, without their start-up
     time); nothing is contacted, so nothing is pinned yet."""
     from kvreg.core.keys import PublicKey
-    from kvreg.core.trust import TrustPolicy
     from kvreg.remote.config import Credentials, RemoteConfig
     from kvreg.store.home import Home
 
@@ -84,10 +84,10 @@ def make_client_home(
     RemoteConfig(home).add("origin", url)
     if token is not None:
         Credentials(home).set("origin", token)
-    policy = TrustPolicy.load(home.trust_path)
+    policy = load_trust_policy(home.trust_path)
     for ns, key in (trust or {}).items():
         policy.allow(ns, PublicKey.from_text(key))
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     return path
 
 
@@ -146,7 +146,7 @@ def _object(depositor: dict[str, Any], digest: Any) -> bytes:
 
 def _log_key(registry: Registry) -> SigningKey:
     """The registry's own audit-log key: what an insider (or a thief of the key) signs with."""
-    return SigningKey.load(registry.root / "data" / "log.key")
+    return load_signing_key(registry.root / "data" / "log.key")
 
 
 def _checkpoint(proxy: LyingRegistry) -> Checkpoint:
@@ -348,7 +348,7 @@ def test_another_prompts_state_is_never_grafted(
     doc = json.loads(m1.raw_bytes)
     for i in range(min(len(m0.chunks), len(m1.chunks))):
         doc["chunks"][i]["block_key"] = str(m0.chunks[i].block_key)
-    env = sign_envelope(canonical_json(doc), SigningKey.load(Path(library["home"]) / "keys" / "default.key"))
+    env = sign_envelope(canonical_json(doc), load_signing_key(Path(library["home"]) / "keys" / "default.key"))
     forged = str(env.manifest_digest)
     with registry.admin() as c:
         assert c.put(f"/namespaces/{ns}/envelopes/{forged}", content=env.to_json_bytes()).is_success

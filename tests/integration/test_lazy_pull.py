@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.helpers import BLOCK, SUFFIX, kvreg
+from kvreg.fileio.keyfiles import load_trust_policy
 
 from .registry_server import Registry
 from .test_push_pull import _pusher, _writer
@@ -90,7 +91,6 @@ def test_lazy_pull_and_on_demand_chunks_graft_byte_exact(
     """The path of ``kvreg ask --remote``: lazy pull, ensure a 1-block prefix graft's objects,
     graft; the output equals running with no cache."""
     from kvreg.core.names import RefName
-    from kvreg.core.trust import TrustPolicy
     from kvreg.remote.config import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
     from kvreg.remote.progress import NullProgress
@@ -103,7 +103,7 @@ def test_lazy_pull_and_on_demand_chunks_graft_byte_exact(
     ref = RefName.parse(f"{ns}/p07")
     with connect(home, "origin") as client:
         report = pull(
-            home, client, ref, lazy=True, trust=TrustPolicy.load(home.trust_path), progress=NullProgress()
+            home, client, ref, lazy=True, trust=load_trust_policy(home.trust_path), progress=NullProgress()
         )
         assert report.lazy and report.objects_downloaded == 1
         manifest = open_artifact(home, str(ref)).manifest

@@ -18,6 +18,7 @@ import pytest
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.store.home import Home
 
 from .helpers import build_artifact, publish, serve
@@ -130,7 +131,7 @@ def published():
 
 def _home_trusting(tmp_path: Path, key: SigningKey, url: str) -> Path:
     home = Home(tmp_path / "home").ensure()
-    TrustPolicy({"ns": [key.public_key]}).save(home.trust_path)
+    save_trust_policy(TrustPolicy({"ns": [key.public_key]}), home.trust_path)
     kvreg(home.root, "remote", "add", "origin", url)
     return home.root
 

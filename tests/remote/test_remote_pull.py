@@ -26,6 +26,7 @@ from kvreg.core.errors import (
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.staging import staging_dir
 from kvreg.remote.transfer import pull, push
@@ -64,7 +65,7 @@ def key() -> SigningKey:
 @pytest.fixture
 def home(tmp_path, key) -> Home:
     h = Home(tmp_path / "home").ensure()
-    TrustPolicy({"*": [key.public_key]}).save(h.trust_path)
+    save_trust_policy(TrustPolicy({"*": [key.public_key]}), h.trust_path)
     return h
 
 
@@ -191,7 +192,7 @@ def test_objects_of_unstated_size_are_capped_by_the_registry_limit(home, built, 
 
 def test_untrusted_signer_is_named_and_nothing_is_downloaded(home, built, registry):
     other = SigningKey.generate()
-    TrustPolicy({"*": [other.public_key]}).save(home.trust_path)
+    save_trust_policy(TrustPolicy({"*": [other.public_key]}), home.trust_path)
     with client(registry) as c, pytest.raises(UntrustedKeyError) as e:
         pull(home, c, REF)
     assert e.value.exit_code == EXIT_INTEGRITY
@@ -202,7 +203,7 @@ def test_untrusted_signer_is_named_and_nothing_is_downloaded(home, built, regist
 
 
 def test_unknown_signer_without_registry_keys(home, built, registry):
-    TrustPolicy({"*": [SigningKey.generate().public_key]}).save(home.trust_path)
+    save_trust_policy(TrustPolicy({"*": [SigningKey.generate().public_key]}), home.trust_path)
     registry.route("/api/v1/namespaces/ns/keys", {"keys": []})
     with client(registry) as c, pytest.raises(SignatureError):
         pull(home, c, REF)
@@ -299,7 +300,7 @@ def test_push_refuses_an_incomplete_local_artifact(home, built, key):
 
 def test_push_refuses_an_untrusted_local_artifact(home, built):
     store_built(home, built, REF)
-    TrustPolicy().save(home.trust_path)
+    save_trust_policy(TrustPolicy(), home.trust_path)
     with serve() as srv, client(srv) as c:
         with pytest.raises(SignatureError):
             push(home, c, REF)

@@ -119,7 +119,7 @@ def test_hard_crash_leaves_only_a_temp_file(home, monkeypatch):
         raise SystemExit("power loss")
 
     monkeypatch.setattr(objects_mod.ObjectStore, "_install", lambda self, tmp, d: crash())
-    monkeypatch.setattr("kvreg.core.atomicfile.remove_quietly", lambda p: None)
+    monkeypatch.setattr("kvreg.fileio.atomicfile.remove_quietly", lambda p: None)
     with pytest.raises(SystemExit):
         home.objects.put_bytes(b"data")
     assert _objects_files(home) == []

@@ -16,6 +16,7 @@ import typer
 from kvreg.cli.output import CliState
 from kvreg.core.errors import KeyFileError, UsageError
 from kvreg.core.keys import PublicKey, SigningKey
+from kvreg.fileio import keyfiles
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
@@ -97,7 +98,7 @@ def load_signing_key(h: Home, name: str) -> SigningKey:
             hint="create one with: kvreg keys generate"
             + ("" if name == DEFAULT_KEY_NAME else f" --name {name}"),
         )
-    return SigningKey.load(path)
+    return keyfiles.load_signing_key(path)
 
 
 def local_public_keys(h: Home) -> dict[str, PublicKey]:
@@ -116,7 +117,7 @@ def local_public_keys(h: Home) -> dict[str, PublicKey]:
             if pub.is_file():
                 out[name] = PublicKey.from_text(pub.read_text("ascii").strip())
             else:
-                out[name] = SigningKey.load(h.keys_dir / f"{name}{KEY_SUFFIX}").public_key
+                out[name] = keyfiles.load_signing_key(h.keys_dir / f"{name}{KEY_SUFFIX}").public_key
         except (KeyFileError, OSError, UnicodeDecodeError):
             continue
     return out

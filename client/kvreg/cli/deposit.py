@@ -32,7 +32,7 @@ from kvreg.cli.engine_options import (
 from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
-from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store import paging
 
 _VERIFY_PANEL = "Verification and annotations"
@@ -139,7 +139,7 @@ def deposit_cmd(
     signing_key = common.load_signing_key(home, key)
     if all(
         k.keyid != signing_key.public_key.keyid
-        for k in TrustPolicy.load(home.trust_path).keys_for(ref_name.namespace)
+        for k in load_trust_policy(home.trust_path).keys_for(ref_name.namespace)
     ):
         ns, public = ref_name.namespace, signing_key.public_key.to_text()
         out.warn(

@@ -21,7 +21,7 @@ from kvreg.cli import common, output
 from kvreg.cli.engine_options import EngineChoice, ThreadsOpt, load_engine, settings_for_new
 from kvreg.cli.output import JsonOpt
 from kvreg.core.errors import NotByteExactError
-from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import load_trust_policy
 
 FLYWHEEL_BLOCK_SIZE = 8  # a question is about 20 tokens: its full blocks find the artifact by key
 
@@ -155,7 +155,8 @@ def flywheel_cmd(
     home = common.home(ctx)
     signing_key = common.load_signing_key(home, key)
     if all(
-        k.keyid != signing_key.public_key.keyid for k in TrustPolicy.load(home.trust_path).keys_for(namespace)
+        k.keyid != signing_key.public_key.keyid
+        for k in load_trust_policy(home.trust_path).keys_for(namespace)
     ):
         out.warn(
             f"key {key!r} is not trusted for {namespace!r} in this store: the second exam will not graft "

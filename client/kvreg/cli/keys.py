@@ -17,10 +17,11 @@ from rich.table import Table
 
 from kvreg.cli import common, output
 from kvreg.cli.output import JsonOpt
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import KeyFileError
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import WILDCARD, TrustPolicy
+from kvreg.fileio.atomicfile import atomic_write_bytes
+from kvreg.fileio.keyfiles import load_trust_policy, save_signing_key, save_trust_policy
 
 NameOpt = Annotated[str, typer.Option("--name", "-n", help="Key name (a file name under keys/).")]
 
@@ -44,14 +45,14 @@ def generate(
             hint="use --force to replace it (the old key is lost), or choose another --name",
         )
     key = SigningKey.generate()
-    key.save(path, overwrite=force)
+    save_signing_key(key, path, overwrite=force)
     public = key.public_key
     atomic_write_bytes(common.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
     trusted = False
     if not no_trust:
-        policy = TrustPolicy.load(home.trust_path)
+        policy = load_trust_policy(home.trust_path)
         policy.allow(WILDCARD, public)
-        policy.save(home.trust_path)
+        save_trust_policy(policy, home.trust_path)
         trusted = True
     data = {
         "name": name,
@@ -84,7 +85,7 @@ def list_keys(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the signing keys in this store."""
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    policy = TrustPolicy.load(home.trust_path)
+    policy = load_trust_policy(home.trust_path)
     rows: list[dict[str, Any]] = []
     for name, public in common.local_public_keys(home).items():
         rows.append(

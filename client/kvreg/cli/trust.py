@@ -17,7 +17,7 @@ from rich.table import Table
 from kvreg.cli import common, output
 from kvreg.cli.output import JsonOpt
 from kvreg.core.keys import PublicKey
-from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import load_trust_policy, save_trust_policy
 
 NamespaceArg = Annotated[str, typer.Argument(metavar="NAMESPACE", help="A namespace, or '*' for all.")]
 
@@ -35,10 +35,10 @@ def add(
     out = output.get(ctx, json_output)
     home = common.home(ctx)
     public = common.parse_public_key(pubkey)
-    policy = TrustPolicy.load(home.trust_path)
+    policy = load_trust_policy(home.trust_path)
     policy.allow(namespace, public)
     home.root.mkdir(parents=True, exist_ok=True)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     data = {"namespace": namespace, "keyid": public.keyid, "public_key": public.to_text()}
     out.result(
         data,
@@ -50,7 +50,7 @@ def list_trust(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the trusted keys per namespace."""
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    policy = TrustPolicy.load(home.trust_path)
+    policy = load_trust_policy(home.trust_path)
     local = {p.keyid: name for name, p in common.local_public_keys(home).items()}
     rows: list[dict[str, Any]] = [
         {
@@ -90,9 +90,9 @@ def remove(
     home = common.home(ctx)
     if keyid.startswith("ed25519:"):
         keyid = PublicKey.from_text(keyid).keyid
-    policy = TrustPolicy.load(home.trust_path)
+    policy = load_trust_policy(home.trust_path)
     policy.remove(namespace, keyid)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
     out.result(
         {"namespace": namespace, "keyid": keyid, "removed": True},
         lambda c: c.print(f"no longer trusted for {escape(namespace)!r}: {keyid}"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
 from typing import BinaryIO
 
 from kvreg.core.errors import DigestMismatchError, InvalidDigestError
@@ -49,11 +48,6 @@ class Digest(str):
         while block := stream.read(_READ_SIZE):
             h.update(block)
         return cls.from_hex(h.hexdigest())
-
-    @classmethod
-    def of_file(cls, path: str | Path) -> Digest:
-        with Path(path).open("rb") as f:
-            return cls.of_stream(f)
 
     @property
     def hex(self) -> str:

@@ -1,9 +1,8 @@
-"""Ed25519 signing and public keys, and their files.
+"""Ed25519 signing and public keys.
 
-``SigningKey`` holds a private key. It is saved as unencrypted PEM (PKCS#8) with
-mode 0600, atomically (temporary file in the same directory, fsync, rename), and
-a private key file that group or others can read is refused on load with the
-``chmod`` that fixes it. ``PublicKey`` is the verifying half; besides PEM
+``SigningKey`` holds a private key and converts it to and from unencrypted PEM
+(PKCS#8); its files are read and written by ``kvreg.fileio.keyfiles``.
+``PublicKey`` is the verifying half; besides PEM
 (SubjectPublicKeyInfo) it has a compact text form ``ed25519:<base64 of the 32
 raw bytes>`` used in trust policies and on the command line, and a ``keyid``
 ``sha256:<hex of SHA-256 of the 32 raw bytes>``.
@@ -18,26 +17,19 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import os
-import shlex
-import stat
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from kvreg.core.atomicfile import atomic_write_bytes
-from kvreg.core.errors import KeyFileError, SignatureError, StoreError
+from kvreg.core.errors import KeyFileError, SignatureError
 
 __all__ = ["KEY_TEXT_PREFIX", "PublicKey", "SigningKey"]
 
 KEY_TEXT_PREFIX = "ed25519:"
 _RAW_SIZE = 32
 _SIGNATURE_SIZE = 64
-_MAX_KEY_FILE_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,52 +136,6 @@ class SigningKey:
         return self._key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-
-    def save(self, path: str | Path, *, overwrite: bool = False) -> None:
-        """Write the key as PEM PKCS#8, mode 0600, atomically.
-
-        Refuses to replace an existing file unless ``overwrite`` (a lost private
-        key cannot be recovered).
-        """
-        target = Path(path)
-        try:
-            atomic_write_bytes(target, self.to_pem(), mode=0o600, exclusive=not overwrite)
-        except FileExistsError as e:
-            raise KeyFileError(
-                f"key file {target} already exists; not overwriting it",
-                hint="choose another path, or move the old key away first",
-            ) from e
-        except StoreError as e:
-            raise KeyFileError(f"cannot write key file {target}: {e.message}") from e
-
-    @classmethod
-    def load(cls, path: str | Path) -> SigningKey:
-        """Read a private key file; refuse it if group or others may read or write it."""
-        source = Path(path)
-        try:
-            with source.open("rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise KeyFileError(f"key file {source} is not a regular file")
-                if sys.platform != "win32" and st.st_mode & 0o077:
-                    raise KeyFileError(
-                        f"key file {source} is accessible by group or others "
-                        f"(mode {stat.S_IMODE(st.st_mode):04o})",
-                        hint=f"chmod 600 {shlex.quote(str(source))}",
-                    )
-                data = f.read(_MAX_KEY_FILE_BYTES + 1)
-        except FileNotFoundError as e:
-            raise KeyFileError(
-                f"key file {source} does not exist", hint="create one with `kvreg keys generate`"
-            ) from e
-        except OSError as e:
-            raise KeyFileError(f"cannot read key file {source}: {e.strerror or e}") from e
-        if len(data) > _MAX_KEY_FILE_BYTES:
-            raise KeyFileError(f"key file {source} is too large to be a key")
-        try:
-            return cls.from_pem(data)
-        except KeyFileError as e:
-            raise KeyFileError(f"key file {source}: {e.message}") from e
 
     @property
     def public_key(self) -> PublicKey:

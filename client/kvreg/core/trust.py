@@ -2,7 +2,7 @@
 
 A policy maps a namespace (``aime25``) or the wildcard ``"*"`` to a list of
 Ed25519 public keys. The keys trusted for a namespace are its own plus the
-wildcard's. On disk it is one JSON file, written atomically::
+wildcard's. On disk (``kvreg.fileio.keyfiles``) it is one JSON file::
 
     {"namespaces": {"*": ["ed25519:..."], "aime25": ["ed25519:..."]}, "version": 1}
 
@@ -17,12 +17,10 @@ keys from anywhere.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.canonical import canonical_json, parse_json_object
-from kvreg.core.errors import ConfigError, KeyFileError, KvregError, NotFoundError, StoreError
+from kvreg.core.errors import ConfigError, KeyFileError, KvregError, NotFoundError
 from kvreg.core.keys import PublicKey
 from kvreg.core.names import validate_namespace
 
@@ -30,7 +28,7 @@ __all__ = ["POLICY_VERSION", "WILDCARD", "TrustPolicy"]
 
 POLICY_VERSION = 1
 WILDCARD = "*"
-_MAX_POLICY_BYTES = 4 * 1024 * 1024
+MAX_POLICY_BYTES = 4 * 1024 * 1024
 
 
 def _check_pattern(pattern: str) -> str:
@@ -118,7 +116,7 @@ class TrustPolicy:
 
     @classmethod
     def from_json_bytes(cls, data: bytes, *, source: str = "trust policy") -> TrustPolicy:
-        doc = parse_json_object(data, what=source, max_bytes=_MAX_POLICY_BYTES, error=ConfigError)
+        doc = parse_json_object(data, what=source, max_bytes=MAX_POLICY_BYTES, error=ConfigError)
         version = doc.get("version")
         if type(version) is not int or version != POLICY_VERSION:
             raise ConfigError(f"{source}: unsupported version {version!r}, expected {POLICY_VERSION}")
@@ -139,26 +137,6 @@ class TrustPolicy:
             except KvregError as e:  # a bad pattern (InvalidNameError) or a bad key (KeyFileError)
                 raise ConfigError(f"{source}: namespaces.{pattern}: {e.message}", hint=e.hint) from e
         return policy
-
-    @classmethod
-    def load(cls, path: str | Path) -> TrustPolicy:
-        """Read a policy file; a missing file is an empty policy."""
-        source = Path(path)
-        try:
-            data = source.read_bytes()
-        except FileNotFoundError:
-            return cls()
-        except OSError as e:
-            raise ConfigError(f"cannot read trust policy {source}: {e.strerror or e}") from e
-        return cls.from_json_bytes(data, source=f"trust policy {source}")
-
-    def save(self, path: str | Path) -> None:
-        """Write the policy atomically (mode 0644)."""
-        target = Path(path)
-        try:
-            atomic_write_bytes(target, self.to_json_bytes(), mode=0o644)
-        except StoreError as e:
-            raise ConfigError(f"cannot write trust policy {target}: {e.message}") from e
 
     def __repr__(self) -> str:
         counts = {p: len(k) for p, k in sorted(self._entries.items())}

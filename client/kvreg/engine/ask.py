@@ -40,6 +40,7 @@ from kvreg.core.trust import TrustPolicy
 from kvreg.engine.route import MODES as ROUTE_MODES
 from kvreg.engine.route import RoutedGeneration, RoutePlan, generate_planned, route
 from kvreg.engine.runtime import LoadedModel
+from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
@@ -176,7 +177,7 @@ def ask(
     prompt = list(prompt)
     if not prompt:
         raise UsageError("the prompt has no tokens")
-    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    policy = trust if trust is not None else load_trust_policy(home.trust_path)
     tries = _TRY[mode]
     timings: dict[str, float] = {}
     started = time.perf_counter()

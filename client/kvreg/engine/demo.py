@@ -36,7 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import FingerprintMismatchError, KvregError, UnavailableError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
@@ -47,6 +46,8 @@ from kvreg.engine.deposit import deposit
 from kvreg.engine.graft import continue_decoding, graft
 from kvreg.engine.runtime import load_model, new_cache, prefill
 from kvreg.engine.tiny import build_model_dir, perturb_one_weight
+from kvreg.fileio.atomicfile import atomic_write_bytes
+from kvreg.fileio.keyfiles import save_signing_key, save_trust_policy
 from kvreg.store.artifacts import open_artifact, read_tokens
 from kvreg.store.home import Home
 
@@ -150,11 +151,11 @@ def run_demo(
     model_dir = build_model_dir(work / f"tiny-{ARCH}", ARCH, seed=SEED)
     home = Home(work / "home").ensure()
     key = SigningKey.generate()
-    key.save(home.keys_dir / "default.key")
+    save_signing_key(key, home.keys_dir / "default.key")
     atomic_write_bytes(home.keys_dir / "default.pub", (key.public_key.to_text() + "\n").encode("ascii"))
     policy = TrustPolicy()
     policy.allow(WILDCARD, key.public_key)
-    policy.save(home.trust_path)
+    save_trust_policy(policy, home.trust_path)
 
     settings = EngineSettings(
         dtype="float32", attn_implementation="sdpa", threads=threads, block_size=BLOCK_SIZE
@@ -578,7 +579,7 @@ class _RegistryAct:
         asking = Home(self.work / "flywheel-home").ensure()
         policy = TrustPolicy()
         policy.allow(FLYWHEEL_NAMESPACE, self.key.public_key)
-        policy.save(asking.trust_path)
+        save_trust_policy(policy, asking.trust_path)
         url, _ = self.server.wait()
         self.say(
             f"flywheel: a fresh home logs in as {READER_USER} and trusts only the demo key for "
@@ -609,7 +610,7 @@ class _RegistryAct:
         second = Home(self.work / "second-home").ensure()
         policy = TrustPolicy()
         policy.allow(NAMESPACE, key.public_key)
-        policy.save(second.trust_path)
+        save_trust_policy(policy, second.trust_path)
 
         url, waited = self.server.wait()
         say(f"registry up at {url}; remote add + login ({ADMIN_USER} here, {READER_USER} in a second home)")

@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.canonical import canonical_json
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError
 from kvreg.core.safetensors_header import read_header
+from kvreg.fileio.atomicfile import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -53,6 +53,7 @@ from kvreg.core.manifest import Manifest
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.graft import GraftOutcome, check_compatible, common_prefix, continue_decoding, graft
 from kvreg.engine.runtime import Decoded, LoadedModel, decode, new_cache, prefill
+from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store.artifacts import Artifact, Target, open_artifact, read_tokens, resolve
 from kvreg.store.home import Home
 from kvreg.store.route_index import IndexedManifest, RouteIndex
@@ -297,7 +298,7 @@ def route(
     if not prompt:
         raise UsageError("the prompt has no tokens")
     plan = RoutePlan(mode=mode, prompt_tokens=len(prompt))
-    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    policy = trust if trust is not None else load_trust_policy(home.trust_path)
     accept = _accept_prefix if mode == "prefix" else _accept_knowledge
     if artifact is not None:
         try:

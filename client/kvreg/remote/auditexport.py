@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from kvreg.core import logtree
-from kvreg.core.atomicfile import finish, install, temp_file
 from kvreg.core.auditexport_format import EXPORT_FORMAT, entry_line, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
 from kvreg.core.errors import (
@@ -48,6 +47,7 @@ from kvreg.core.errors import (
     UsageError,
 )
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_inclusion
+from kvreg.fileio.atomicfile import finish, install, temp_file
 from kvreg.remote.auditlog import (
     LogInconsistentError,
     RemoteLog,

@@ -91,7 +91,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvreg.core.atomicfile import atomic_write_bytes, remove_quietly
 from kvreg.core.canonical import parse_json_object
 from kvreg.core.checkpoint import (
     Checkpoint,
@@ -116,6 +115,7 @@ from kvreg.core.errors import (
     UsageError,
 )
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_consistency, verify_inclusion
+from kvreg.fileio.atomicfile import atomic_write_bytes, remove_quietly
 from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, connect, validate_remote_name
 from kvreg.remote.http import LogProof, RegistryClient
 from kvreg.store.home import Home

@@ -6,7 +6,7 @@ Remotes live in ``$KVREG_HOME/config.json`` under ``"remotes"``::
 
 Every other key of that file is kept as it is: this module reads the whole
 document, changes ``remotes`` and writes it back atomically
-(``kvreg.core.atomicfile``), under an exclusive lock so that two concurrent
+(``kvreg.fileio.atomicfile``), under an exclusive lock so that two concurrent
 ``kvreg remote add`` do not lose each other's change.
 
 A remote may carry ``"max_checkpoint_age"``: the age in seconds beyond which a

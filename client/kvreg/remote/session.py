@@ -38,9 +38,9 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 import kvreg
-from kvreg.core.atomicfile import finish
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, KvregError, RemoteError, StoreError, UnavailableError
+from kvreg.fileio.atomicfile import finish
 from kvreg.remote.errors import RETRY_STATUSES, map_error
 
 log = logging.getLogger(__name__)

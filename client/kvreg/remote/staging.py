@@ -31,10 +31,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from kvreg.core.atomicfile import fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, StoreError
-from kvreg.core.faults import crash_point
+from kvreg.fileio.atomicfile import fsync_dir
+from kvreg.fileio.faults import crash_point
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Counter
 from kvreg.store.home import Home

@@ -78,11 +78,12 @@ from kvreg.core.errors import (
     RefNotFoundError,
     TagImmutableError,
 )
-from kvreg.core.faults import crash_point
 from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.faults import crash_point
+from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.auditlog import EntryClaim, RemoteLog, envelope_claim, ref_claim
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
@@ -412,7 +413,7 @@ def pull(
             expected=str(digest),
             actual=str(envelope.manifest_digest),
         )
-    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    policy = trust if trust is not None else load_trust_policy(home.trust_path)
     try:
         registry_keys = client.list_keys(ns)
     except KvregError as e:  # only used to name a signer

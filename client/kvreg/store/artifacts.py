@@ -26,6 +26,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store import paging
 from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
@@ -94,7 +95,7 @@ def open_artifact(
     envelope = Envelope.from_json_bytes(home.envelopes.get(resolved.digest))
     if envelope.payload != manifest_bytes:
         raise IntegrityError(f"the envelope stored for {resolved.digest} signs other bytes than the manifest")
-    policy = trust if trust is not None else TrustPolicy.load(home.trust_path)
+    policy = trust if trust is not None else load_trust_policy(home.trust_path)
     namespace = namespace_for(home, resolved)
     if namespace == ANY_NAMESPACE:
         # A bare digest that no ref names: only keys trusted for every namespace count.

@@ -8,7 +8,7 @@ Every other member of the file is kept as it is.
 Changes are read-modify-write under an exclusive ``flock`` on
 ``$KVREG_HOME/.config.lock`` (the same lock ``kvreg remote add`` takes, so neither
 loses the other's change) and the file is replaced atomically
-(``kvreg.core.atomicfile``): a crash leaves the old file or the new one.
+(``kvreg.fileio.atomicfile``): a crash leaves the old file or the new one.
 
 Only known keys can be set (:data:`KEYS`); each has a parser that turns the text a
 user types into the JSON value stored, and a formatter for display. Sizes accept

@@ -23,9 +23,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ObjectNotFoundError, StoreError
+from kvreg.fileio.atomicfile import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvreg.core.atomicfile import atomic_write_bytes
 from kvreg.core.errors import ConfigError, StoreError
+from kvreg.fileio.atomicfile import atomic_write_bytes
 
 if TYPE_CHECKING:
     from kvreg.store.home import Home

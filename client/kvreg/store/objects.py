@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from kvreg.core.atomicfile import finish, fsync_dir, install, temp_file
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreError
-from kvreg.core.faults import crash_point
+from kvreg.fileio.atomicfile import finish, fsync_dir, install, temp_file
+from kvreg.fileio.faults import crash_point
 
 log = logging.getLogger(__name__)
 

@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from kvreg.core.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, NotFoundError, ObjectNotFoundError, StoreError, UsageError
+from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.store import config
 from kvreg.store.fsck import Children, default_children
 from kvreg.store.gc import DEFAULT_GRACE_SECONDS

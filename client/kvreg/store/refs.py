@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from kvreg.core.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
     InvalidNameError,
@@ -44,7 +43,8 @@ from kvreg.core.errors import (
     RefNotFoundError,
     StoreError,
 )
-from kvreg.core.faults import crash_point
+from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes, fsync_dir
+from kvreg.fileio.faults import crash_point
 
 if TYPE_CHECKING:
     from kvreg.core.names import RefName

@@ -8,8 +8,8 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import PreconditionRequiredError, RequestInvalidError
-from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_name, validate_namespace
+from kvreg.fileio.faults import crash_point
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import RegistryState, etag, parse_etag, principal, read_body, state
 from kvreg_registry.api.routes_admin import iso

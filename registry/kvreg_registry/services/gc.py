@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import and_, delete, exists, func, select
 
 from kvreg.core.digest import Digest
-from kvreg.core.faults import crash_point
+from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database

@@ -40,8 +40,9 @@ from sqlalchemy.orm import Session
 from kvreg.core import logtree, merkle
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
 from kvreg.core.errors import IntegrityError, KeyFileError, MerkleProofError, RequestInvalidError
-from kvreg.core.faults import crash_point
 from kvreg.core.keys import SigningKey
+from kvreg.fileio.faults import crash_point
+from kvreg.fileio.keyfiles import load_signing_key, save_signing_key
 from kvreg_registry.audit import read_nodes
 from kvreg_registry.db.engine import Database
 from kvreg_registry.db.models import AuditEntry, LogCheckpoint, LogHead
@@ -56,11 +57,11 @@ def load_or_create_key(path: Path) -> SigningKey:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            SigningKey.generate().save(path)
+            save_signing_key(SigningKey.generate(), path)
             log.warning("created a new audit-log signing key at %s; back it up", path)
         except KeyFileError:
             pass  # another process created it first
-    return SigningKey.load(path)
+    return load_signing_key(path)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from kvreg.core.errors import (
     RequestInvalidError,
     TagImmutableError,
 )
-from kvreg.core.faults import crash_point
 from kvreg.core.names import validate_name
+from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import add_in_savepoint

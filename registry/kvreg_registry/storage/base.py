@@ -32,7 +32,7 @@ from typing import ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
-from kvreg.core.faults import crash_point
+from kvreg.fileio.faults import crash_point
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
-from kvreg.core.atomicfile import TEMP_SUFFIX, finish, fsync_dir, install, remove_quietly
 from kvreg.core.digest import Digest
 from kvreg.core.errors import StoreError, UnavailableError
+from kvreg.fileio.atomicfile import TEMP_SUFFIX, finish, fsync_dir, install, remove_quietly
 from kvreg_registry.storage.base import (
     READ_PIECE,
     ObjectStorage,

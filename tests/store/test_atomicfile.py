@@ -5,9 +5,9 @@ import stat
 
 import pytest
 
-from kvreg.core import atomicfile as atomic
-from kvreg.core.atomicfile import append_durable, atomic_write_bytes
 from kvreg.core.errors import StoreError
+from kvreg.fileio import atomicfile as atomic
+from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes
 
 
 def test_write_read_only_by_default(tmp_path):
