@@ -26,6 +26,7 @@ from rich.table import Table
 
 from kvreg.cli import output
 from kvreg.cli.common import parse_public_key
+from kvreg.core.timestamps import rfc3339
 from kvreg_registry.app import open_state
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import User
@@ -368,7 +369,7 @@ def key_revoke(ctx: typer.Context, namespace: str, keyid: str, json_output: Json
 
 def _hold_row(h: Any, namespace: str) -> dict[str, Any]:
     def t(v: Any) -> str | None:
-        return None if v is None else v.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return None if v is None else rfc3339(v)
 
     return {
         "id": h.id,

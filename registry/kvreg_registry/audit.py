@@ -25,12 +25,13 @@ from sqlalchemy.orm import Session
 from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
 from kvreg.core.merkle import leaf_hash
+from kvreg.core.timestamps import rfc3339_micro
 from kvreg.fileio.faults import crash_point
 from kvreg_registry.db.models import AuditEntry, AuditSubject, LogHead, LogNode, utcnow
 
 
 def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_micro(t)
 
 
 def subject_digests(subjects: Iterable[str], old: Any, new: Any) -> list[str]:

@@ -18,7 +18,6 @@ would refuse. This module does no I/O and does not verify whole files.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from typing import Any
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier
 from kvreg.core.errors import MerkleProofError
 from kvreg.core.merkle import leaf_hash, verify_inclusion
+from kvreg.core.timestamps import rfc3339
 
 __all__ = ["EXPORT_FORMAT", "entry_line", "export_filename", "export_header", "header_line", "utc_now"]
 
@@ -40,7 +40,7 @@ def _b64(data: bytes) -> str:
 
 def utc_now() -> str:
     """The ``exported_at`` time: UTC to the second, ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def export_header(

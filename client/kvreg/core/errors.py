@@ -22,6 +22,10 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTEGRITY = 3
 
+#: The HTTP response header in which the registry repeats an error's ``code`` (the
+#: client reads it before the body; both sides take the name from here).
+ERROR_CODE_HEADER = "X-Kvreg-Error-Code"
+
 
 class KvregError(Exception):
     """Base class of every error kvreg raises on purpose."""

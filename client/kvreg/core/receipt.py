@@ -37,6 +37,7 @@ from kvreg.core.envelope import Envelope, pae, sign_envelope
 from kvreg.core.errors import KvregError, ReceiptInvalidError, SignatureError
 from kvreg.core.keys import PublicKey, SigningKey
 from kvreg.core.names import validate_name, validate_namespace
+from kvreg.core.timestamps import rfc3339
 
 __all__ = [
     "MAX_RECEIPT_BYTES",
@@ -97,7 +98,7 @@ def _flag(value: Any, where: str) -> bool:
 
 def format_time(t: dt.datetime) -> str:
     """RFC 3339, UTC, whole seconds: ``2026-11-29T15:15:28Z``."""
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(t)
 
 
 def parse_time(value: Any, where: str = "time") -> dt.datetime:

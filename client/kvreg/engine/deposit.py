@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import kvreg
@@ -28,6 +27,7 @@ from kvreg.core.keys import SigningKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.merkle import chunk_merkle_root
 from kvreg.core.names import RefName
+from kvreg.core.timestamps import rfc3339
 from kvreg.engine.chunks import ChunkLayout, serialize_chunk
 from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill, tensor_bytes
 from kvreg.store.artifacts import WriteReport, store_artifact
@@ -167,7 +167,7 @@ def build_manifest(
         "witness": computed.witness,
         "verification": verification,
         "annotations": annotations,
-        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": rfc3339(),
         "kvreg_version": kvreg.__version__,
     }
     if prompt is not None and computed.prompt_token_count is not None:

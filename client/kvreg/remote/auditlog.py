@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import json
 import logging
 import time
@@ -115,6 +114,7 @@ from kvreg.core.errors import (
     UsageError,
 )
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_consistency, verify_inclusion
+from kvreg.core.timestamps import rfc3339
 from kvreg.fileio.atomicfile import atomic_write_bytes, remove_quietly
 from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, connect, validate_remote_name
 from kvreg.remote.http import LogProof, RegistryClient
@@ -156,7 +156,7 @@ MAX_STORED_REFS = 2000  # per remote in the state file; beyond, the refs proven 
 
 
 def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def b64(data: bytes) -> str:

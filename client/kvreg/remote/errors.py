@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from kvreg.core.errors import (
+    ERROR_CODE_HEADER,
     ForbiddenError,
     InternalServerError,
     KvregError,
@@ -35,7 +36,6 @@ from kvreg.core.errors import (
 
 __all__ = ["ERROR_CODE_HEADER", "RETRY_STATUSES", "error_from_response", "map_error"]
 
-ERROR_CODE_HEADER = "X-Kvreg-Error-Code"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 _FALLBACK_BY_STATUS: dict[int, type[KvregError]] = {

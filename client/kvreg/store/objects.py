@@ -41,6 +41,7 @@ from typing import BinaryIO
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreError
+from kvreg.core.timestamps import compact_micro, from_epoch
 from kvreg.fileio.atomicfile import finish, fsync_dir, install, temp_file
 from kvreg.fileio.faults import crash_point
 
@@ -71,7 +72,7 @@ class StoreUsage:
 def quarantine_name(hexdigest: str, *, now: float | None = None) -> str:
     """``<hex>.<UTC timestamp>``: the name a damaged file gets in ``quarantine/``."""
     t = time.time() if now is None else now
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+    stamp = compact_micro(from_epoch(t))
     return f"{hexdigest}.{stamp}"
 
 

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, NotFoundError, ObjectNotFoundError, StoreError, UsageError
+from kvreg.core.timestamps import from_epoch, rfc3339
 from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.store import config
 from kvreg.store.fsck import Children, default_children
@@ -271,7 +272,7 @@ def eviction_time(home: Home, digest: Digest) -> float | None:
 
 
 def format_time(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    return rfc3339(from_epoch(t))
 
 
 def deferred_error(what: str, digest: Digest, deferral: Deferral) -> ObjectNotFoundError:

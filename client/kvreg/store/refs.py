@@ -29,7 +29,6 @@ import fcntl
 import json
 import logging
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from kvreg.core.errors import (
     RefNotFoundError,
     StoreError,
 )
+from kvreg.core.timestamps import rfc3339_micro
 from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.fileio.faults import crash_point
 
@@ -108,8 +108,7 @@ class RefLogEntry:
 
 
 def _utc_now() -> str:
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
+    return rfc3339_micro()
 
 
 def _parse_ref_name(text: str) -> RefName:

@@ -29,10 +29,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvreg.core import errors as e
+from kvreg.core.errors import ERROR_CODE_HEADER
 
 log = logging.getLogger(__name__)
 
-ERROR_HEADER = "X-Kvreg-Error-Code"
 
 # Most specific class first; the first match wins.
 _STATUS: list[tuple[type[e.KvregError], int]] = [
@@ -63,7 +63,7 @@ def status_of(error: e.KvregError) -> int:
 
 
 def error_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
-    all_headers = {ERROR_HEADER: body["code"], **(headers or {})}
+    all_headers = {ERROR_CODE_HEADER: body["code"], **(headers or {})}
     if status == 401:
         all_headers["WWW-Authenticate"] = 'Bearer realm="kvreg"'
     return JSONResponse({"error": body}, status_code=status, headers=all_headers)

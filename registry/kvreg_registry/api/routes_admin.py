@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 import kvreg
 from kvreg.core.digest import Digest
+from kvreg.core.timestamps import rfc3339
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import principal, state
 from kvreg_registry.auth import Principal
@@ -19,7 +20,7 @@ router = APIRouter()
 
 
 def iso(t: dt.datetime | None) -> str | None:
-    return None if t is None else t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else rfc3339(t)
 
 
 def _namespace_out(ns: Namespace) -> m.NamespaceOut:

@@ -15,7 +15,6 @@ verdict, who stored it and when) and why it went.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
@@ -34,6 +33,7 @@ from kvreg.core.errors import (
 )
 from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
+from kvreg.core.timestamps import rfc3339
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
@@ -263,7 +263,7 @@ def tombstone(row: EnvelopeRow) -> dict[str, object]:
         "verdict": row.verdict,
         "size": row.size,
         "stored_by": row.created_by,
-        "stored_at": row.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "stored_at": rfc3339(row.created_at),
         "stored_log_index": row.log_seq,
     }
 

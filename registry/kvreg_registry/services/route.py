@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session
 from kvreg.core.digest import Digest
 from kvreg.core.errors import InvalidDigestError, KvregError, RequestInvalidError
 from kvreg.core.names import validate_namespace
+from kvreg.core.timestamps import rfc3339
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, EnvelopeBlock, Namespace, Ref
 from kvreg_registry.services.search import visible_condition
@@ -103,7 +104,7 @@ class Candidate:
             "block_size": self.block_size,
             "verdict": self.verdict,
             "verifier": self.verifier,
-            "created_at": self.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "created_at": rfc3339(self.created_at),
         }
 
 

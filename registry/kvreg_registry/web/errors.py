@@ -60,7 +60,7 @@ def html_error(request: Request, status: int, body: dict[str, object]) -> Respon
         status=status,
         title=HEADINGS.get(status, "Error"),
     )
-    response.headers[api_errors.ERROR_HEADER] = str(body.get("code", "INTERNAL"))
+    response.headers[api_errors.ERROR_CODE_HEADER] = str(body.get("code", "INTERNAL"))
     return response
 
 
