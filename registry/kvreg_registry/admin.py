@@ -24,9 +24,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import output
-from kvreg.cli.common import parse_public_key
+from kvreg import console as output
 from kvreg.core.timestamps import rfc3339
+from kvreg.fileio.keyfiles import read_public_key
 from kvreg_registry.app import open_state
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import User
@@ -324,7 +324,7 @@ def key_add(
 ) -> None:
     """Accept envelopes signed by PUBKEY in NAMESPACE."""
     out = output.get(ctx, json_output)
-    public = parse_public_key(pubkey)
+    public = read_public_key(pubkey)
     with _write(ctx) as s:
         accounts.register_key(s, ACTOR, namespace, public.to_text())
     out.result(

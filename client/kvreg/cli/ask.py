@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import common, output
+from kvreg import console as output
+from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
@@ -37,7 +38,7 @@ from kvreg.cli.engine_options import (
     load_engine,
     settings_for_new,
 )
-from kvreg.cli.output import JsonOpt
+from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 
 if TYPE_CHECKING:

@@ -29,8 +29,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.console import JsonOpt
 from kvreg.core.errors import NotFoundError, UsageError
 from kvreg.remote.auditexport import (
     compare_with_export,

@@ -1,7 +1,7 @@
 """Small helpers the command modules share: the store, input files, key files.
 
 Everything here raises ``KvregError`` subclasses with a hint; nothing prints
-(``kvreg.cli.output`` does).
+(``kvreg.console`` does).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from kvreg.cli.output import CliState
+from kvreg.console import CliState
 from kvreg.core.errors import KeyFileError, UsageError
 from kvreg.core.keys import PublicKey, SigningKey
 from kvreg.fileio import keyfiles
@@ -121,28 +121,6 @@ def local_public_keys(h: Home) -> dict[str, PublicKey]:
         except (KeyFileError, OSError, UnicodeDecodeError):
             continue
     return out
-
-
-def parse_public_key(value: str) -> PublicKey:
-    """``ed25519:...`` text, or the path of a ``.pub`` (text) or PEM file."""
-    if value.startswith("ed25519:"):
-        return PublicKey.from_text(value.strip())
-    path = Path(value)
-    if not path.is_file():
-        raise UsageError(
-            f"{value!r} is neither an 'ed25519:...' public key nor a key file",
-            hint="get the text form with: kvreg keys export",
-        )
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise KeyFileError(f"cannot read {path}: {e.strerror or e}") from e
-    if data.lstrip().startswith(b"-----BEGIN"):
-        return PublicKey.from_pem(data)
-    try:
-        return PublicKey.from_text(data.decode("ascii").strip())
-    except UnicodeDecodeError as e:
-        raise KeyFileError(f"{path} is not a public key file") from e
 
 
 # --- artifacts ------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.console import JsonOpt
 from kvreg.store import config
 
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="A setting, e.g. store.max-bytes.")]

@@ -21,10 +21,10 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from kvreg.cli import output
+from kvreg import console as output
 from kvreg.cli.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE, quiet_libraries
-from kvreg.cli.output import JsonOpt
 from kvreg.cli.reexec import prepare_numerics
+from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError, UsageError
 
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kvreg.cli.output import Output
 from kvreg.cli.reexec import prepare_numerics
+from kvreg.console import Output
 from kvreg.core.errors import ConfigError
 from kvreg.engine import profiles
 

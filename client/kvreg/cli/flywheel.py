@@ -17,9 +17,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from kvreg.cli import common, output
+from kvreg import console as output
+from kvreg.cli import common
 from kvreg.cli.engine_options import EngineChoice, ThreadsOpt, load_engine, settings_for_new
-from kvreg.cli.output import JsonOpt
+from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError
 from kvreg.fileio.keyfiles import load_trust_policy
 

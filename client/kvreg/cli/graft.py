@@ -35,7 +35,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from kvreg.cli import common, output
+from kvreg import console as output
+from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     DeviceOpt,
@@ -46,7 +47,7 @@ from kvreg.cli.engine_options import (
     load_engine,
     settings_for_recorded,
 )
-from kvreg.cli.output import JsonOpt
+from kvreg.console import JsonOpt
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
     DigestMismatchError,

@@ -17,8 +17,9 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.console import JsonOpt
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError

@@ -7,7 +7,7 @@ else ``~/.kvreg``), ``--json``, ``-v/--verbose`` (repeat for debug logs) and
 Nothing here imports torch: the engine is imported inside the commands that need
 it, after the numerics profile's environment is in place, so ``kvreg --help`` and
 the store commands start fast. Printing and exit codes live in
-``kvreg.cli.output``; each command group lives in its own module.
+``kvreg.console``; each command group lives in its own module.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 import kvreg
+from kvreg import console as output
 from kvreg.cli import (
     ask,
     audit,
@@ -31,7 +32,6 @@ from kvreg.cli import (
     inspect,
     keys,
     maintenance,
-    output,
     paging,
     remote,
     route,

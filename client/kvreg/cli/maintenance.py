@@ -17,9 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
 from kvreg.cli.paging import render_evict
+from kvreg.console import JsonOpt
 from kvreg.core.errors import IntegrityError, UsageError
 from kvreg.store import paging
 from kvreg.store.fsck import fsck

@@ -15,8 +15,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.store import paging
 from kvreg.store.config import format_size, parse_size

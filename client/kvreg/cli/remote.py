@@ -37,7 +37,8 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from kvreg.cli import common, output
+from kvreg import console as output
+from kvreg.cli import common
 from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
 from kvreg.core.names import RefName, validate_namespace
 from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, contact, parse_log_key

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kvreg.cli import output
+from kvreg import console as output
 
 
 def serve(

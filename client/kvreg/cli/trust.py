@@ -14,9 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kvreg.cli import common, output
-from kvreg.cli.output import JsonOpt
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.console import JsonOpt
 from kvreg.core.keys import PublicKey
+from kvreg.fileio import keyfiles
 from kvreg.fileio.keyfiles import load_trust_policy, save_trust_policy
 
 NamespaceArg = Annotated[str, typer.Argument(metavar="NAMESPACE", help="A namespace, or '*' for all.")]
@@ -34,7 +36,7 @@ def add(
     """Trust PUBKEY to sign manifests for NAMESPACE."""
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    public = common.parse_public_key(pubkey)
+    public = keyfiles.read_public_key(pubkey)
     policy = load_trust_policy(home.trust_path)
     policy.allow(namespace, public)
     home.root.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ Each class carries:
 
 Security paths raise one of these; they never return a bool for the caller to
 forget to check. This module does not format messages for terminals: that is the
-CLI's job (``kvreg.cli.output``).
+CLI's job (``kvreg.console``).
 """
 
 from __future__ import annotations

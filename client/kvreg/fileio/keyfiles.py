@@ -18,12 +18,18 @@ import stat
 import sys
 from pathlib import Path
 
-from kvreg.core.errors import ConfigError, KeyFileError, StoreError
-from kvreg.core.keys import SigningKey
+from kvreg.core.errors import ConfigError, KeyFileError, StoreError, UsageError
+from kvreg.core.keys import PublicKey, SigningKey
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.atomicfile import atomic_write_bytes
 
-__all__ = ["load_signing_key", "load_trust_policy", "save_signing_key", "save_trust_policy"]
+__all__ = [
+    "load_signing_key",
+    "load_trust_policy",
+    "read_public_key",
+    "save_signing_key",
+    "save_trust_policy",
+]
 
 _MAX_KEY_FILE_BYTES = 64 * 1024
 
@@ -94,3 +100,25 @@ def save_trust_policy(policy: TrustPolicy, path: str | Path) -> None:
         atomic_write_bytes(target, policy.to_json_bytes(), mode=0o644)
     except StoreError as e:
         raise ConfigError(f"cannot write trust policy {target}: {e.message}") from e
+
+
+def read_public_key(value: str) -> PublicKey:
+    """``ed25519:...`` text, or the path of a ``.pub`` (text) or PEM file."""
+    if value.startswith("ed25519:"):
+        return PublicKey.from_text(value.strip())
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(
+            f"{value!r} is neither an 'ed25519:...' public key nor a key file",
+            hint="get the text form with: kvreg keys export",
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise KeyFileError(f"cannot read {path}: {e.strerror or e}") from e
+    if data.lstrip().startswith(b"-----BEGIN"):
+        return PublicKey.from_pem(data)
+    try:
+        return PublicKey.from_text(data.decode("ascii").strip())
+    except UnicodeDecodeError as e:
+        raise KeyFileError(f"{path} is not a public key file") from e

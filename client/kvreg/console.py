@@ -1,4 +1,7 @@
-"""The one place where the ``kvreg`` command prints, and where errors become exit codes.
+"""Terminal output for the ``kvreg`` and ``kvreg-admin`` commands, and errors turned into exit codes.
+
+It is the one place where either command prints; both CLIs use it, so it sits outside
+``kvreg.cli`` (the registry never imports the client's CLI).
 
 Streams (DESIGN.md §4):
 
