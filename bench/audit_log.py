@@ -320,9 +320,9 @@ def prove_inclusion(
     db: Database, alog: AuditLog, counter: StatementCounter, index: int, n: int, mirror: Mirror, root: bytes
 ) -> dict[str, Any]:
     seconds, statements, proof = measure_proof(db, counter, lambda s: alog.inclusion(s, index, n))
-    rows = len(logtree.plan(lambda nd: logtree.inclusion_proof(index, n, nd))) + len(
-        logtree.plan(lambda nd: logtree.root(n, nd))
-    )
+    rows = len(
+        logtree.plan(lambda nd: merkle.inclusion_proof(index, n, logtree.stored_range_hash(nd)))
+    ) + len(logtree.plan(lambda nd: logtree.root(n, nd)))
     ok = proof.root == root and proof.size == n
     try:
         merkle.verify_inclusion(mirror.leaves[index], index, n, proof.hashes, root)
@@ -340,7 +340,7 @@ def prove_consistency(
     roots: dict[int, bytes],
 ) -> dict[str, Any]:
     seconds, statements, proof = measure_proof(db, counter, lambda s: alog.consistency(s, m, n))
-    rows = len(logtree.plan(lambda nd: logtree.consistency_proof(m, n, nd))) + len(
+    rows = len(logtree.plan(lambda nd: merkle.consistency_proof(m, n, logtree.stored_range_hash(nd)))) + len(
         logtree.plan(lambda nd: logtree.root(n, nd))
     )
     ok = proof.root == roots[n] and proof.size == n
@@ -376,8 +376,8 @@ def longest_proofs(n: int) -> dict[str, Any]:
     def reader(_level: int, _index: int) -> bytes:
         return blank
 
-    inclusion = max(len(logtree.inclusion_proof(i, n, reader)) for i in range(n))
-    lengths = [len(logtree.consistency_proof(m, n, reader)) for m in range(1, n)]
+    inclusion = max(len(merkle.inclusion_proof(i, n, logtree.stored_range_hash(reader))) for i in range(n))
+    lengths = [len(merkle.consistency_proof(m, n, logtree.stored_range_hash(reader))) for m in range(1, n)]
     consistency = max(lengths, default=0)
     return {
         "size": n,

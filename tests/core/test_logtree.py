@@ -12,6 +12,14 @@ from kvreg.core import logtree, merkle
 from kvreg.core.errors import UsageError
 
 
+def _inclusion(index: int, leaves: list[bytes]) -> list[bytes]:
+    return merkle.inclusion_proof(index, len(leaves), merkle.leaf_range_hash(leaves))
+
+
+def _consistency(old_size: int, leaves: list[bytes]) -> list[bytes]:
+    return merkle.consistency_proof(old_size, len(leaves), merkle.leaf_range_hash(leaves))
+
+
 def _leaves(n: int) -> list[bytes]:
     return [merkle.leaf_hash(hashlib.sha256(str(i).encode()).digest()) for i in range(n)]
 
@@ -25,13 +33,13 @@ def test_root_and_proofs_match_the_in_memory_tree(n: int) -> None:
         expected_root = merkle.root_from_leaf_hashes(leaves[:size])
         assert logtree.root(size, read) == expected_root
         for index in sorted({0, size // 3, size - 1}):
-            proof = logtree.inclusion_proof(index, size, read)
-            assert proof == merkle.inclusion_proof(index, leaves[:size])
+            proof = merkle.inclusion_proof(index, size, logtree.stored_range_hash(read))
+            assert proof == _inclusion(index, leaves[:size])
             merkle.verify_inclusion(leaves[index], index, size, proof, expected_root)
-        assert logtree.consistency_proof(0, size, read) == []
+        assert merkle.consistency_proof(0, size, logtree.stored_range_hash(read)) == []
         for old in sorted({1, size // 2 or 1, size}):
-            proof = logtree.consistency_proof(old, size, read)
-            assert proof == merkle.consistency_proof(old, leaves[:size])
+            proof = merkle.consistency_proof(old, size, logtree.stored_range_hash(read))
+            assert proof == _consistency(old, leaves[:size])
             old_root = merkle.root_from_leaf_hashes(leaves[:old])
             merkle.verify_consistency(old, size, old_root, expected_root, proof)
 
@@ -45,20 +53,32 @@ def test_any_size_any_index(n: int, data: st.DataObject) -> None:
     index = data.draw(st.integers(0, n - 1))
     old = data.draw(st.integers(1, n))
     root = logtree.root(n, read)
-    merkle.verify_inclusion(leaves[index], index, n, logtree.inclusion_proof(index, n, read), root)
-    merkle.verify_consistency(old, n, logtree.root(old, read), root, logtree.consistency_proof(old, n, read))
+    merkle.verify_inclusion(
+        leaves[index], index, n, merkle.inclusion_proof(index, n, logtree.stored_range_hash(read)), root
+    )
+    merkle.verify_consistency(
+        old,
+        n,
+        logtree.root(old, read),
+        root,
+        merkle.consistency_proof(old, n, logtree.stored_range_hash(read)),
+    )
 
 
 def test_proofs_read_few_nodes_whatever_the_size() -> None:
     """O(log^2 n) stored nodes per proof, not the whole log; at most 17 hashes at 100,000 leaves."""
     for n in (1_000, 100_000, 1_000_000):
-        needed = logtree.plan(lambda read, n=n: logtree.inclusion_proof(n // 3, n, read))
+        needed = logtree.plan(
+            lambda read, n=n: merkle.inclusion_proof(n // 3, n, logtree.stored_range_hash(read))
+        )
         assert len(needed) <= (n.bit_length()) ** 2
-        needed = logtree.plan(lambda read, n=n: logtree.consistency_proof(n // 2 + 7, n, read))
+        needed = logtree.plan(
+            lambda read, n=n: merkle.consistency_proof(n // 2 + 7, n, logtree.stored_range_hash(read))
+        )
         assert len(needed) <= (n.bit_length()) ** 2
     read = lambda lv, ix: b"\x00" * 32  # noqa: E731
-    assert len(logtree.inclusion_proof(54_321, 100_000, read)) <= 17
-    assert len(logtree.consistency_proof(54_321, 100_000, read)) <= 2 * 17
+    assert len(merkle.inclusion_proof(54_321, 100_000, logtree.stored_range_hash(read))) <= 17
+    assert len(merkle.consistency_proof(54_321, 100_000, logtree.stored_range_hash(read))) <= 2 * 17
 
 
 def test_append_touches_log_n_nodes() -> None:
@@ -77,8 +97,8 @@ def test_append_touches_log_n_nodes() -> None:
 def test_bad_arguments() -> None:
     read = lambda lv, ix: b"\x00" * 32  # noqa: E731
     with pytest.raises(UsageError):
-        logtree.inclusion_proof(5, 5, read)
+        merkle.inclusion_proof(5, 5, logtree.stored_range_hash(read))
     with pytest.raises(UsageError):
-        logtree.consistency_proof(6, 5, read)
+        merkle.consistency_proof(6, 5, logtree.stored_range_hash(read))
     with pytest.raises(UsageError):
         logtree.decompose(1, 4)

@@ -26,7 +26,7 @@ from kvreg.core.canonical import canonical_json
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
 from kvreg.core.errors import KvregError, MerkleProofError, RemoteError, SignatureError
 from kvreg.core.keys import SigningKey
-from kvreg.core.merkle import inclusion_proof, leaf_hash, root_from_leaf_hashes
+from kvreg.core.merkle import inclusion_proof, leaf_hash, leaf_range_hash, root_from_leaf_hashes
 from kvreg.remote.auditexport import ExportCheck, verify_export
 from kvreg.remote.errors import map_error
 from kvreg.remote.http import RegistryClient
@@ -81,7 +81,10 @@ EXPORT = header_line(
     export_header(
         remote="r", url="http://x", checkpoint=CHECKPOINT, note=NOTE, verifier=VERIFIER, types={"ref.set": 5}
     )
-) + b"".join(entry_line(i, e, inclusion_proof(i, LEAVES), CHECKPOINT) for i, e in enumerate(ENTRIES))
+) + b"".join(
+    entry_line(i, e, inclusion_proof(i, len(LEAVES), leaf_range_hash(LEAVES)), CHECKPOINT)
+    for i, e in enumerate(ENTRIES)
+)
 
 
 def _verify(data: bytes) -> ExportCheck | None:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kvreg.core import logtree
+from kvreg.core import logtree, merkle
 from kvreg.core.canonical import canonical_json
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
 from kvreg.core.errors import EXIT_INTEGRITY, SignatureError, UnauthenticatedError, UsageError
@@ -131,12 +131,12 @@ class FakeLog:
             return httpx.Response(200, json={"entries": page, "size": len(self.entries)})
         if path == "/api/v1/log/proof/inclusion":
             i, n = int(q["index"]), int(q["size"])
-            hashes = logtree.inclusion_proof(i, n, self._node(n))
+            hashes = merkle.inclusion_proof(i, n, logtree.stored_range_hash(self._node(n)))
             body = {"index": i, "size": n, "root": _b64(self.root(n)), "hashes": [_b64(h) for h in hashes]}
             return httpx.Response(200, json={**body, "leaf_hash": _b64(self.leaves()[i])})
         if path == "/api/v1/log/proof/consistency":
             m, n = int(q["first"]), int(q["second"])
-            hashes = logtree.consistency_proof(m, n, self._node(n))
+            hashes = merkle.consistency_proof(m, n, logtree.stored_range_hash(self._node(n)))
             if self.bad_consistency:
                 hashes = [bytes(32) for _ in hashes] or [bytes(32)]
             return httpx.Response(
@@ -353,7 +353,9 @@ def test_verify_advance_needs_the_signed_roots() -> None:
     old, new = Checkpoint(log.origin, 4, log.root(4)), Checkpoint(log.origin, 9, log.root(9))
 
     def fetch(m: int, n: int) -> LogProof:
-        return LogProof(n, log.root(n), logtree.consistency_proof(m, n, log._node(n)))
+        return LogProof(
+            n, log.root(n), merkle.consistency_proof(m, n, logtree.stored_range_hash(log._node(n)))
+        )
 
     verify_advance(old, new, fetch)
     verify_advance(None, new, fetch)

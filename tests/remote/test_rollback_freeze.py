@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.core import logtree
+from kvreg.core import logtree, merkle
 from kvreg.core.checkpoint import Checkpoint, checkpoint_timestamp, open_note, sign_checkpoint
 from kvreg.core.errors import EXIT_INTEGRITY, CheckpointStaleError, LogInconsistentError, RefRollbackError
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes
@@ -226,7 +226,9 @@ def test_the_right_siblings_of_an_inclusion_proof_cover_the_entries_after_it() -
     for size in range(1, len(leaves) + 1):
         nodes = logtree.from_leaves(leaves[:size])
         for index in range(size):
-            proof = logtree.inclusion_proof(index, size, lambda lv, ix, nodes=nodes: nodes[(lv, ix)])
+            proof = merkle.inclusion_proof(
+                index, size, logtree.stored_range_hash(lambda lv, ix, nodes=nodes: nodes[(lv, ix)])
+            )
             ranges = _right_sibling_ranges(index, size)
             assert len(ranges) == len(proof)
             covered: list[int] = []

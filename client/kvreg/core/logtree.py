@@ -13,8 +13,9 @@ consistency proof reads O(log² n) stored nodes, never the whole log:
 :func:`plan` lists the nodes a computation needs (so a database can fetch them in
 one query), and the computation then runs against a ``NodeReader``.
 
-Verification is ``kvreg.core.merkle.verify_inclusion`` / ``verify_consistency``:
-proofs made here are ordinary RFC 6962 proofs. This module does not store nodes
+The proofs themselves are ``kvreg.core.merkle.inclusion_proof`` /
+``consistency_proof`` (the one RFC 9162 generator) fed by :func:`stored_range_hash`;
+verification is ``merkle.verify_inclusion`` / ``verify_consistency``. This module does not store nodes
 (the registry's ``services.log`` does) and does not sign anything.
 """
 
@@ -24,18 +25,19 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from kvreg.core.errors import UsageError
-from kvreg.core.merkle import empty_root, node_hash
+from kvreg.core.merkle import RangeHash, empty_root, node_hash
 
 __all__ = [
     "Node",
     "NodeReader",
-    "consistency_proof",
     "decompose",
-    "inclusion_proof",
+    "from_leaves",
     "nodes_after_append",
     "plan",
     "range_hash",
     "root",
+    "siblings_for_append",
+    "stored_range_hash",
 ]
 
 Node = tuple[int, int]  # (level, index)
@@ -82,50 +84,10 @@ def root(size: int, node: NodeReader) -> bytes:
     return range_hash(0, size, node)
 
 
-def _split(n: int) -> int:
-    return 1 << ((n - 1).bit_length() - 1)
-
-
-def inclusion_proof(index: int, size: int, node: NodeReader) -> list[bytes]:
-    """``PATH(index, D[0:size])`` (RFC 9162 §2.1.3.1), leaf to root."""
-    if not 0 <= index < size:
-        raise UsageError(f"leaf index {index} is outside a tree of size {size}")
-    lo, hi, m = 0, size, index
-    top_down: list[bytes] = []
-    while hi - lo > 1:
-        k = _split(hi - lo)
-        if m < k:
-            top_down.append(range_hash(lo + k, hi, node))
-            hi = lo + k
-        else:
-            top_down.append(range_hash(lo, lo + k, node))
-            lo, m = lo + k, m - k
-    return top_down[::-1]
-
-
-def consistency_proof(old_size: int, new_size: int, node: NodeReader) -> list[bytes]:
-    """``PROOF(old_size, D[0:new_size])`` (RFC 9162 §2.1.4.1)."""
-    if not 0 <= old_size <= new_size:
-        raise UsageError(f"no consistency proof from size {old_size} to size {new_size}")
-    if old_size in (0, new_size):
-        return []
-    # SUBPROOF(m, D[lo:hi], b), unrolled top-down and reversed at the end.
-    lo, hi, m, complete = 0, new_size, old_size, True
-    top_down: list[bytes] = []
-    while True:
-        n = hi - lo
-        if m == n:
-            if not complete:
-                top_down.append(range_hash(lo, hi, node))
-            break
-        k = _split(n)
-        if m <= k:
-            top_down.append(range_hash(lo + k, hi, node))
-            hi = lo + k
-        else:
-            top_down.append(range_hash(lo, lo + k, node))
-            lo, m, complete = lo + k, m - k, False
-    return top_down[::-1]
+def stored_range_hash(node: NodeReader) -> RangeHash:
+    """The ``RangeHash`` over stored perfect subtrees that ``kvreg.core.merkle``'s proof
+    generators take: ``merkle.inclusion_proof(i, n, stored_range_hash(node))``."""
+    return lambda lo, hi: range_hash(lo, hi, node)
 
 
 def plan(compute: Callable[[NodeReader], T]) -> set[Node]:

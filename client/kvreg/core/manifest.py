@@ -37,7 +37,13 @@ from typing import Any, NoReturn
 from kvreg.core.canonical import canonical_json, parse_json_object
 from kvreg.core.digest import Digest, is_digest
 from kvreg.core.errors import ManifestInvalidError, MerkleProofError
-from kvreg.core.merkle import chunk_leaf_hashes, chunk_merkle_root, consistency_proof, root_from_leaf_hashes
+from kvreg.core.merkle import (
+    chunk_leaf_hashes,
+    chunk_merkle_root,
+    consistency_proof,
+    leaf_range_hash,
+    root_from_leaf_hashes,
+)
 from kvreg.core.merkle import verify_consistency as _verify_consistency
 
 __all__ = [
@@ -659,7 +665,8 @@ def prefix_consistency_proof(short: Manifest, long: Manifest) -> list[bytes]:
                 f"not a prefix: chunk {i} differs ({short_chunks[i].digest.short()} vs "
                 f"{long_chunks[i].digest.short()})"
             )
-    return consistency_proof(m, chunk_leaf_hashes([c.digest for c in long_chunks]))
+    leaves = chunk_leaf_hashes([c.digest for c in long_chunks])
+    return consistency_proof(m, len(leaves), leaf_range_hash(leaves))
 
 
 def verify_prefix(short: Manifest, long: Manifest, proof: list[bytes]) -> None:

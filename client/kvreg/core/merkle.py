@@ -4,8 +4,10 @@ Hashing follows RFC 9162 §2.1.1: a leaf hash is ``SHA-256(0x00 || data)``, an
 interior node is ``SHA-256(0x01 || left || right)``, the empty tree hashes to
 ``SHA-256("")``, and a tree of ``n > 1`` leaves splits at the largest power of two
 smaller than ``n``. Proof generation follows the ``PATH`` and ``SUBPROOF``
-definitions of §2.1.3.1 and §2.1.4.1; verification follows the algorithms of
-§2.1.3.2 and §2.1.4.2 step by step. Verifiers return ``None`` and raise
+definitions of §2.1.3.1 and §2.1.4.1, written once for any source of range hashes
+(a ``RangeHash``: leaves in memory, or a stored log's perfect subtrees, see
+``kvreg.core.logtree``); verification follows the algorithms of §2.1.3.2 and
+§2.1.4.2 step by step. Verifiers return ``None`` and raise
 ``MerkleProofError`` with the precise reason on any failure.
 
 Everything is iterative and linear in the number of leaves (a root over one
@@ -23,19 +25,21 @@ is, and does not decide whom to trust: it only computes and checks hashes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import MerkleProofError, UsageError
 
 __all__ = [
     "HASH_SIZE",
+    "RangeHash",
     "chunk_leaf_hashes",
     "chunk_merkle_root",
     "consistency_proof",
     "empty_root",
     "inclusion_proof",
     "leaf_hash",
+    "leaf_range_hash",
     "node_hash",
     "root_from_leaf_hashes",
     "verify_consistency",
@@ -46,6 +50,9 @@ HASH_SIZE = 32
 _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"
 _sha256 = hashlib.sha256
+
+RangeHash = Callable[[int, int], bytes]
+"""``mth(lo, hi)``: the Merkle Tree Hash of leaves ``[lo, hi)`` (a non-empty range)."""
 
 
 def leaf_hash(data: bytes | bytearray | memoryview) -> bytes:
@@ -110,41 +117,65 @@ def root_from_leaf_hashes(hashes: Sequence[bytes]) -> bytes:
     return _mth(hashes, 0, len(hashes))
 
 
-def inclusion_proof(index: int, leaf_hashes: Sequence[bytes]) -> list[bytes]:
-    """The audit path ``PATH(index, D[n])`` of RFC 9162 §2.1.3.1, leaf to root."""
+def leaf_range_hash(leaf_hashes: Sequence[bytes]) -> RangeHash:
+    """``MTH(D[lo:hi])`` over leaf hashes held in memory, for the proof generators.
+
+    The leaves are checked once here (32 bytes each); a range past the last leaf
+    raises ``UsageError``.
+    """
     _checked_leaves(leaf_hashes)
     n = len(leaf_hashes)
-    if not 0 <= index < n:
-        raise UsageError(f"leaf index {index} is outside a tree of size {n}")
+
+    def mth(lo: int, hi: int) -> bytes:
+        if hi > n:
+            raise UsageError(f"leaf range [{lo}, {hi}) is outside a tree of size {n}")
+        return _mth(leaf_hashes, lo, hi)
+
+    return mth
+
+
+def inclusion_proof(index: int, size: int, mth: RangeHash) -> list[bytes]:
+    """The audit path ``PATH(index, D[size])`` of RFC 9162 §2.1.3.1, leaf to root.
+
+    ``mth(lo, hi)`` gives the hash of any range the path needs: :func:`leaf_range_hash`
+    for leaves in memory, ``kvreg.core.logtree.stored_range_hash`` for a stored log.
+    """
+    if not 0 <= index < size:
+        raise UsageError(f"leaf index {index} is outside a tree of size {size}")
     # PATH(m, D[lo:hi]) = PATH(..) of the half holding m, followed by the MTH of the other half.
     # Unrolled: collect the "other half" hashes top-down, then reverse to get leaf-to-root order.
-    lo, hi, m = 0, n, index
+    lo, hi, m = 0, size, index
     top_down: list[bytes] = []
     while hi - lo > 1:
         k = _largest_power_of_two_below(hi - lo)
         if m < k:
-            top_down.append(_mth(leaf_hashes, lo + k, hi))
+            top_down.append(mth(lo + k, hi))
             hi = lo + k
         else:
-            top_down.append(_mth(leaf_hashes, lo, lo + k))
+            top_down.append(mth(lo, lo + k))
             lo += k
             m -= k
     top_down.reverse()
     return top_down
 
 
-def consistency_proof(old_size: int, leaf_hashes: Sequence[bytes]) -> list[bytes]:
-    """The proof ``PROOF(old_size, D[n])`` of RFC 9162 §2.1.4.1 that the first
-    ``old_size`` leaves are a prefix of ``leaf_hashes``.
+def consistency_proof(old_size: int, new_size: int, mth: RangeHash) -> list[bytes]:
+    """The proof ``PROOF(old_size, D[new_size])`` of RFC 9162 §2.1.4.1 that the first
+    ``old_size`` leaves are a prefix of the first ``new_size``; ``mth`` as for
+    :func:`inclusion_proof`.
 
-    ``0 < old_size <= n`` (a proof from the empty tree proves nothing; RFC 9162
-    requires ``0 < first``). Equal sizes give the empty proof.
+    ``0 <= old_size <= new_size``. RFC 9162 defines the proof for ``0 < old_size``;
+    from the empty tree, as for equal sizes, the proof is empty (every tree extends
+    the empty one: the registry answers ``first=0`` so, as transparency-dev/merkle
+    does). ``verify_consistency`` still refuses ``old_size == 0``, as the RFC 6962
+    vectors require: a verifier has nothing to check there and must not call it.
     """
-    _checked_leaves(leaf_hashes)
-    n = len(leaf_hashes)
-    if not 0 < old_size <= n:
-        raise UsageError(f"old size {old_size} must be in 1..{n} for a consistency proof")
-    lo, hi, m, complete = 0, n, old_size, True
+    if not 0 <= old_size <= new_size:
+        raise UsageError(f"no consistency proof from size {old_size} to size {new_size}")
+    if old_size in (0, new_size):
+        return []
+    # SUBPROOF(m, D[lo:hi], b), unrolled top-down and reversed at the end.
+    lo, hi, m, complete = 0, new_size, old_size, True
     head: list[bytes] = []
     tail: list[bytes] = []
     while True:
@@ -152,14 +183,14 @@ def consistency_proof(old_size: int, leaf_hashes: Sequence[bytes]) -> list[bytes
         if m == size:
             # SUBPROOF(m, D[m], b): nothing if b (the verifier has this root), else MTH(D[m]).
             if not complete:
-                head.append(_mth(leaf_hashes, lo, hi))
+                head.append(mth(lo, hi))
             break
         k = _largest_power_of_two_below(size)
         if m <= k:
-            tail.append(_mth(leaf_hashes, lo + k, hi))
+            tail.append(mth(lo + k, hi))
             hi = lo + k
         else:
-            tail.append(_mth(leaf_hashes, lo, lo + k))
+            tail.append(mth(lo, lo + k))
             lo += k
             m -= k
             complete = False

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kvreg.core import logtree
+from kvreg.core import logtree, merkle
 from kvreg.core.auditexport_format import EXPORT_FORMAT, entry_line, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
 from kvreg.core.errors import (
@@ -207,8 +207,9 @@ def export_log(audit: RemoteLog, out: Path, *, progress: Callable[[int], None] |
         out.parent.mkdir(parents=True, exist_ok=True)
         with temp_file(out.parent, prefix=f".{out.name}.") as (f, tmp):
             f.write(header_line(header))
+            ranges = logtree.stored_range_hash(node)
             for i, entry in enumerate(result.entries):
-                f.write(entry_line(i, entry, logtree.inclusion_proof(i, n, node), checkpoint))
+                f.write(entry_line(i, entry, merkle.inclusion_proof(i, n, ranges), checkpoint))
             finish(f)
             install(tmp, out, mode=0o644)
     except OSError as e:

@@ -120,14 +120,18 @@ class AuditLog:
         n = self._check_size(session, size)
         if not 0 <= index < n:
             raise RequestInvalidError(f"entry {index} is not in a tree of size {n}")
-        hashes = self._run(session, lambda node: logtree.inclusion_proof(index, n, node))
+        hashes = self._run(
+            session, lambda node: merkle.inclusion_proof(index, n, logtree.stored_range_hash(node))
+        )
         return Proof(n, self.root(session, n), hashes)
 
     def consistency(self, session: Session, first: int, second: int | None = None) -> Proof:
         n = self._check_size(session, second)
         if not 0 <= first <= n:
             raise RequestInvalidError(f"no consistency proof from size {first} to size {n}")
-        hashes = self._run(session, lambda node: logtree.consistency_proof(first, n, node))
+        hashes = self._run(
+            session, lambda node: merkle.consistency_proof(first, n, logtree.stored_range_hash(node))
+        )
         return Proof(n, self.root(session, n), hashes)
 
     @staticmethod
@@ -172,7 +176,12 @@ class AuditLog:
                 .limit(1)
             )
             if previous is not None and previous.size > 0:
-                proof = self._run(s, lambda node: logtree.consistency_proof(previous.size, size, node))
+                proof = self._run(
+                    s,
+                    lambda node: merkle.consistency_proof(
+                        previous.size, size, logtree.stored_range_hash(node)
+                    ),
+                )
                 try:
                     merkle.verify_consistency(previous.size, size, bytes(previous.root), root, proof)
                 except MerkleProofError as e:

@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
-from kvreg.core import logtree
+from kvreg.core import logtree, merkle
 from kvreg.core.auditexport_format import entry_line, export_filename, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, verify_signed_checkpoint
 from kvreg.core.errors import KvregError, MerkleProofError, NotFoundError
@@ -526,7 +526,9 @@ def proofs_for_page(session: Session, start: int, end: int, size: int) -> list[l
     stored perfect subtrees, with one query for the whole page."""
     wanted: set[tuple[int, int]] = set()
     for i in range(start, end):
-        wanted |= logtree.plan(lambda node, i=i: logtree.inclusion_proof(i, size, node))
+        wanted |= logtree.plan(
+            lambda node, i=i: merkle.inclusion_proof(i, size, logtree.stored_range_hash(node))
+        )
     nodes = _read_nodes(session, wanted)
 
     def node(level: int, idx: int) -> bytes:
@@ -535,7 +537,7 @@ def proofs_for_page(session: Session, start: int, end: int, size: int) -> list[l
         except KeyError:
             raise MerkleProofError(f"the audit log's tree lacks node ({level}, {idx})") from None
 
-    return [logtree.inclusion_proof(i, size, node) for i in range(start, end)]
+    return [merkle.inclusion_proof(i, size, logtree.stored_range_hash(node)) for i in range(start, end)]
 
 
 class ExportAborted(RuntimeError):
