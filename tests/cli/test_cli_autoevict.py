@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvreg.core.digest import Digest
-from kvreg.store import paging
+from kvreg.store import access_log
 from kvreg.store.home import Home
 
 from .helpers import BLOCK, REF, kvreg, object_path
@@ -66,12 +66,12 @@ def test_without_a_budget_deposit_evicts_nothing(store_copy, models, texts):
 def test_cat_and_verify_record_accesses(store_copy, deposited):
     home = Home(store_copy)
     chunk = deposited["manifest"]["text"]["digest"]  # text: cat writes it to a text pipe here
-    assert Digest(chunk).hex not in paging.read_access_log(home)
+    assert Digest(chunk).hex not in access_log.read_access_log(home)
     kvreg(store_copy, "cat", chunk)
-    rec = paging.read_access_log(home)[Digest(chunk).hex]
+    rec = access_log.read_access_log(home)[Digest(chunk).hex]
     assert rec.last_access is not None
     kvreg(store_copy, "verify", REF)
-    log = paging.read_access_log(home)
+    log = access_log.read_access_log(home)
     for d in _children(deposited["manifest"]):
         assert log[Digest(d).hex].last_access is not None
     assert log[Digest(chunk).hex].last_access >= rec.last_access

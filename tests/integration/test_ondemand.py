@@ -35,7 +35,7 @@ def test_graft_pulls_what_it_needs_from_a_library_larger_than_the_budget(
     from kvreg.core.names import RefName
     from kvreg.remote.config import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
-    from kvreg.store import config, paging
+    from kvreg.store import access_log, config, eviction
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home
 
@@ -49,8 +49,8 @@ def test_graft_pulls_what_it_needs_from_a_library_larger_than_the_budget(
     needed = needed_for_graft(manifest, k)
     # everything else was used since: the chunks a k-block graft needs are the least recent
     others = [d for d in manifest.object_digests() if d not in needed]
-    paging.touch(home, others, now=time.time() + 60)
-    evicted = paging.evict(home)
+    access_log.touch(home, others, now=time.time() + 60)
+    evicted = eviction.evict(home)
     assert home.objects.usage().bytes <= total // 4
     assert not any(home.objects.has(c.digest) for c in manifest.chunks[:k])
     with connect(home, "origin") as client, ensured(home, client, ns, manifest, needed) as report:

@@ -11,7 +11,7 @@ import pytest
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ObjectNotFoundError, UsageError
 from kvreg.core.names import RefName
-from kvreg.store import paging
+from kvreg.store import absence, access_log, eviction
 from kvreg.store.fsck import ProblemKind, fsck
 from kvreg.store.home import Home
 
@@ -28,7 +28,7 @@ def _lazy(home: Home, name: str, present: list[bytes], absent: list[bytes]) -> l
     left = [Digest.of_bytes(a) for a in absent]
     m = home.objects.put_bytes(json.dumps(sorted(map(str, kids + left))).encode()).digest
     home.envelopes.put(m, b"{}")
-    paging.record_deferred(home, left, remote="origin", remote_ref=name, local_ref=name, now=OLD)
+    access_log.record_deferred(home, left, remote="origin", remote_ref=name, local_ref=name, now=OLD)
     home.refs.set(RefName.parse(name), m)
     return left
 
@@ -53,14 +53,14 @@ def test_reading_an_object_not_fetched_says_how_to_fetch_it(home):
     assert err.exit_code == 1 and err.details["deferred"] is True and err.details["evicted"] is False
     assert "not fetched" in err.message and "--lazy" in err.message
     assert "kvreg pull origin ns/a" in err.hint and "kvreg ask --remote origin" in err.hint
-    graft_err = paging.missing_object_error(home, chunk, "chunk 0", ref="ns/a")  # what a graft raises
+    graft_err = absence.missing_object_error(home, chunk, "chunk 0", ref="ns/a")  # what a graft raises
     assert graft_err.details["deferred"] and "chunk 0" in graft_err.message
 
 
 def test_local_name_differs_from_the_remote_one(home):
     kids = [Digest.of_bytes(b"chunk")]
-    paging.record_deferred(home, kids, remote=None, remote_ref="up/x", local_ref="mine/x")
-    err = paging.absence_error(home, kids[0], "chunk 0")
+    access_log.record_deferred(home, kids, remote=None, remote_ref="up/x", local_ref="mine/x")
+    err = absence.absence_error(home, kids[0], "chunk 0")
     assert err is not None and "kvreg pull REMOTE up/x --as mine/x" in (err.hint or "")
 
 
@@ -68,18 +68,20 @@ def test_the_later_event_explains_the_absence(home):
     [chunk] = _lazy(home, "ns/a", [b"tokens"], [b"chunk 0"])
     # fetched on demand, then evicted: "evicted", no longer "not fetched"
     home.objects.put_bytes(b"chunk 0")
-    paging.touch(home, [chunk], now=OLD + 10)
+    access_log.touch(home, [chunk], now=OLD + 10)
     assert fsck(home, children=json_children).not_fetched == []
     home.objects.remove(chunk)
-    with paging._lock(home):
-        paging.append_durable(paging.eviction_log_path(home), paging._line("E", OLD + 20, chunk))
-    err = paging.missing_object_error(home, chunk, "chunk 0", ref="ns/a")
+    with access_log.locked(home):
+        access_log.record_evictions(home, [chunk], when=OLD + 20)
+    err = absence.missing_object_error(home, chunk, "chunk 0", ref="ns/a")
     assert err.details["evicted"] is True and "evicted" in err.message
     report = fsck(home, children=json_children)
     assert report.ok and [p.subject for p in report.evicted] == [str(chunk)] and report.not_fetched == []
     # a lazy pull again afterwards: "not fetched" again
-    paging.record_deferred(home, [chunk], remote="origin", remote_ref="ns/a", local_ref="ns/a", now=OLD + 30)
-    assert paging.missing_object_error(home, chunk, "chunk 0").details.get("deferred") is True
+    access_log.record_deferred(
+        home, [chunk], remote="origin", remote_ref="ns/a", local_ref="ns/a", now=OLD + 30
+    )
+    assert absence.missing_object_error(home, chunk, "chunk 0").details.get("deferred") is True
 
 
 def test_a_missing_object_without_a_record_is_still_a_problem(home):
@@ -98,22 +100,22 @@ def test_eviction_compaction_keeps_records_of_objects_still_absent(home):
     left = _lazy(home, "ns/a", [b"tokens"], [b"chunk 0", b"chunk 1"])
     fetched = home.objects.put_bytes(b"chunk 1").digest  # a full pull fetched this one later
     assert fetched == left[1]
-    paging.evict(home, max_bytes=0, children=json_children)
-    lines = paging.deferred_log_path(home).read_text().splitlines()
+    eviction.evict(home, max_bytes=0, children=json_children)
+    lines = access_log.deferred_log_path(home).read_text().splitlines()
     assert len(lines) == 1 and left[0].hex in lines[0]  # still absent, still explained
     assert fsck(home, children=json_children).ok
 
 
 def test_deferral_names_must_not_hold_spaces(home):
     with pytest.raises(UsageError):
-        paging.record_deferred(
+        access_log.record_deferred(
             home, [Digest.of_bytes(b"x")], remote="a b", remote_ref="ns/a", local_ref="ns/a"
         )
 
 
 def test_torn_deferred_lines_are_skipped(home):
     [chunk] = _lazy(home, "ns/a", [b"tokens"], [b"chunk 0"])
-    with paging.deferred_log_path(home).open("ab") as f:
+    with access_log.deferred_log_path(home).open("ab") as f:
         f.write(b"L 12.0 abc origin\nL nan " + chunk.hex.encode() + b" origin ns/a ns/a\nL 1.0 ")
-    rec = paging.read_access_log(home)[chunk.hex]
+    rec = access_log.read_access_log(home)[chunk.hex]
     assert rec.deferred is not None and rec.deferred.remote == "origin"

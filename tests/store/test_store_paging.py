@@ -13,7 +13,7 @@ import pytest
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ConfigError, ObjectNotFoundError, RefNotFoundError, UsageError
 from kvreg.core.names import RefName
-from kvreg.store import config, paging
+from kvreg.store import absence, access_log, config, eviction, leases, pins
 from kvreg.store.fsck import ProblemKind, fsck
 from kvreg.store.home import Home
 
@@ -44,7 +44,7 @@ def _blob(tag: str, n: int = 10 * KB) -> bytes:
 
 
 def _evict(home: Home, budget: int | None, **kw):
-    return paging.evict(home, max_bytes=budget, children=json_children, **kw)
+    return eviction.evict(home, max_bytes=budget, children=json_children, **kw)
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -106,16 +106,16 @@ def test_config_unknown_key_and_bad_file(home):
 
 def test_access_log_tolerates_torn_lines(home):
     a, b = Digest.of_bytes(b"a"), Digest.of_bytes(b"b")
-    paging.touch(home, [a], now=100.0)
-    log_path = paging.access_log_path(home)
+    access_log.touch(home, [a], now=100.0)
+    log_path = access_log.access_log_path(home)
     with log_path.open("ab") as f:
         f.write(b"A 200.000000 " + b.hex[:20].encode())  # a crash mid-write: torn, no newline
-    paging.touch(home, [b], now=300.0)  # lands on the torn line: that one line is lost
-    paging.touch(home, [a], now=400.0)
+    access_log.touch(home, [b], now=300.0)  # lands on the torn line: that one line is lost
+    access_log.touch(home, [a], now=400.0)
     with log_path.open("ab") as f:
         f.write(b"garbage\n\xff\xfe\nA notanumber " + a.hex.encode() + b"\n")
         f.write(b"A inf " + a.hex.encode() + b"\nA nan " + a.hex.encode() + b"\n")
-    records = paging.read_access_log(home)
+    records = access_log.read_access_log(home)
     assert records[a.hex].last_access == 400.0
     assert b.hex not in records  # its line was glued to the torn one
 
@@ -123,7 +123,7 @@ def test_access_log_tolerates_torn_lines(home):
 def _toucher(root: str, tag: int, n: int) -> None:
     home = Home(root)
     for i in range(n):
-        paging.touch(home, [Digest.of_bytes(f"{tag}-{i}-{j}".encode()) for j in range(5)])
+        access_log.touch(home, [Digest.of_bytes(f"{tag}-{i}-{j}".encode()) for j in range(5)])
 
 
 def test_concurrent_touches_are_all_recorded(home):
@@ -134,9 +134,9 @@ def test_concurrent_touches_are_all_recorded(home):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    records = paging.read_access_log(home)
+    records = access_log.read_access_log(home)
     assert len(records) == 4 * 200 * 5
-    lines = paging.access_log_path(home).read_bytes().split(b"\n")
+    lines = access_log.access_log_path(home).read_bytes().split(b"\n")
     assert all(len(line) == 0 or len(line.split(b" ")) == 3 for line in lines)
 
 
@@ -148,14 +148,14 @@ def test_no_budget_or_under_budget_evicts_nothing(home):
     assert _evict(home, None).evicted == []
     report = _evict(home, 10**9)
     assert report.evicted == [] and not report.over_budget
-    assert paging.evict(home, children=json_children).max_bytes is None  # config: none
+    assert eviction.evict(home, children=json_children).max_bytes is None  # config: none
 
 
 def test_lru_order_and_budget(home):
     _, a = _deposit(home, "ns/a", [_blob("a1"), _blob("a2")], at=OLD)
     _, b = _deposit(home, "ns/b", [_blob("b1"), _blob("b2")], at=OLD + 10)
     _, c = _deposit(home, "ns/c", [_blob("c1"), _blob("c2")], at=OLD + 20)
-    paging.touch(home, a, now=OLD + 100)  # a is now the most recently used
+    access_log.touch(home, a, now=OLD + 100)  # a is now the most recently used
     total = home.objects.usage().bytes
     budget = total - 25 * KB  # three 10 kB objects must go
 
@@ -183,30 +183,30 @@ def test_dry_run_changes_nothing(home):
 def test_pinned_never_evicted(home):
     _, a = _deposit(home, "ns/a", [_blob("a1"), _blob("shared")], at=OLD)
     _, b = _deposit(home, "ns/b", [_blob("b1"), _blob("shared")], at=OLD + 10)
-    assert paging.pin(home, "ns/a") is True
-    assert paging.pin(home, "ns/a") is False
-    assert paging.pins(home) == ["ns/a"]
+    assert pins.pin(home, "ns/a") is True
+    assert pins.pin(home, "ns/a") is False
+    assert pins.pinned(home) == ["ns/a"]
 
     report = _evict(home, 0)
 
     assert all(home.objects.has(d) for d in a)  # a's objects, the shared one included
     assert not home.objects.has(b[0])
     assert report.over_budget and report.protected_pinned >= 1
-    assert paging.unpin(home, "ns/a") is True and paging.unpin(home, "ns/a") is False
+    assert pins.unpin(home, "ns/a") is True and pins.unpin(home, "ns/a") is False
     _evict(home, 0)
     assert not any(home.objects.has(d) for d in a)
 
 
 def test_pin_follows_the_ref_and_pins_digests(home):
     _deposit(home, "ns/a", [_blob("old")])
-    paging.pin(home, "ns/a")
+    pins.pin(home, "ns/a")
     _m2, new = _deposit(home, "ns/a", [_blob("new")])  # the ref moves
     m3, other = _deposit(home, "ns/other", [_blob("other")])
-    paging.pin(home, str(m3))
+    pins.pin(home, str(m3))
     _evict(home, 0)
     assert home.objects.has(new[0]) and home.objects.has(other[0])
     with pytest.raises(RefNotFoundError):
-        paging.pin(home, "ns/missing")
+        pins.pin(home, "ns/missing")
 
 
 def test_deposit_in_progress_and_unreachable_objects_are_not_evicted(home):
@@ -227,7 +227,7 @@ def test_deposit_in_progress_and_unreachable_objects_are_not_evicted(home):
 
 def _hold_lease(root: str, digests: list[str], ready, release) -> None:
     home = Home(root)
-    with paging.lease(home, [Digest(d) for d in digests]):
+    with leases.lease(home, [Digest(d) for d in digests]):
         ready.set()
         release.wait(60)
 
@@ -248,12 +248,12 @@ def test_leased_objects_are_not_evicted_until_released(home):
         holder.join(60)
     _evict(home, 0)
     assert not home.objects.has(a[0])
-    assert list((paging.paging_dir(home) / paging.LEASES_DIR).glob("*.lease")) == []
+    assert list((leases.leases_dir(home)).glob("*.lease")) == []
 
 
 def _die_holding_lease(root: str, digest: str) -> None:
     home = Home(root)
-    cm = paging.lease(home, [Digest(digest)])
+    cm = leases.lease(home, [Digest(digest)])
     cm.__enter__()
     os._exit(0)  # killed mid-graft: the kernel drops the lock, the file stays
 
@@ -264,16 +264,16 @@ def test_stale_lease_of_a_dead_process_is_ignored_and_removed(home):
     p = ctx.Process(target=_die_holding_lease, args=(str(home.root), str(a[0])))
     p.start()
     p.join(60)
-    leases = paging.paging_dir(home) / paging.LEASES_DIR
-    assert len(list(leases.glob("*.lease"))) == 1
+    folder = leases.leases_dir(home)
+    assert len(list(folder.glob("*.lease"))) == 1
     _evict(home, 0)
     assert not home.objects.has(a[0])
-    assert list(leases.glob("*.lease")) == []
+    assert list(folder.glob("*.lease")) == []
 
 
 def test_lease_in_this_process_protects(home):
     _, a = _deposit(home, "ns/a", [_blob("a1")])
-    with paging.lease(home, a):
+    with leases.lease(home, a):
         _evict(home, 0)
         assert home.objects.has(a[0])
     _evict(home, 0)
@@ -302,10 +302,10 @@ def test_fsck_reports_evicted_objects_as_evicted_not_as_problems(home):
 
 def test_missing_object_error_names_eviction(home):
     _, a = _deposit(home, "ns/a", [_blob("a1")])
-    err = paging.missing_object_error(home, a[0], "chunk 0", ref="ns/a")
+    err = absence.missing_object_error(home, a[0], "chunk 0", ref="ns/a")
     assert not err.details["evicted"] and "not in the local store" in err.message
     _evict(home, 0)
-    err = paging.missing_object_error(home, a[0], "chunk 0", ref="ns/a")
+    err = absence.missing_object_error(home, a[0], "chunk 0", ref="ns/a")
     assert isinstance(err, ObjectNotFoundError) and err.exit_code == 1
     assert err.details["evicted"] and "evicted" in err.message and "kvreg pull REMOTE ns/a" in err.hint
 
@@ -314,27 +314,27 @@ def test_re_stored_object_is_not_reported_evicted(home):
     _, a = _deposit(home, "ns/a", [_blob("a1")])
     _evict(home, 0)
     home.objects.put_bytes(_blob("a1"))  # pulled again
-    paging.touch(home, a)
-    assert paging.eviction_time(home, a[0]) is None
+    access_log.touch(home, a)
+    assert access_log.eviction_time(home, a[0]) is None
     assert fsck(home, children=json_children).evicted == []
 
 
 def test_eviction_compacts_the_access_log(home):
     _, a = _deposit(home, "ns/a", [_blob("a1"), _blob("a2")])
     for i in range(50):
-        paging.touch(home, a, now=OLD + i)
+        access_log.touch(home, a, now=OLD + i)
     _evict(home, home.objects.usage().bytes - 1)
-    used = paging.access_log_path(home).read_text().splitlines()
-    gone = paging.eviction_log_path(home).read_text().splitlines()
+    used = access_log.access_log_path(home).read_text().splitlines()
+    gone = access_log.eviction_log_path(home).read_text().splitlines()
     assert len(used) == 1 and used[0].startswith("A ")  # one line for the survivor
     assert len(gone) == 1 and gone[0].startswith("E ")  # one for the evicted
 
 
 def test_pins_file_and_logs_live_where_documented(home):
     _, a = _deposit(home, "ns/a", [_blob("a1"), _blob("a2")])
-    paging.pin(home, "ns/a")
-    paging.touch(home, a)
-    paging.unpin(home, "ns/a")
+    pins.pin(home, "ns/a")
+    access_log.touch(home, a)
+    pins.unpin(home, "ns/a")
     _evict(home, 0)
     assert json.loads((home.root / "pins.json").read_text()) == {"pins": []}
     assert (home.cache_dir / "paging" / "access.log").is_file()

@@ -34,7 +34,7 @@ from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
 from kvreg.fileio.keyfiles import load_trust_policy
-from kvreg.store import paging
+from kvreg.store import pins
 
 _VERIFY_PANEL = "Verification and annotations"
 
@@ -164,7 +164,7 @@ def deposit_cmd(
             annotations=annotations,
         )
     if pin:
-        paging.pin(home, str(ref_name))
+        pins.pin(home, str(ref_name))
     data = result.to_dict()
     data["load_seconds"] = round(load_seconds, 6)
     data["signer_keyid"] = signing_key.public_key.keyid

@@ -60,7 +60,7 @@ from kvreg.core.errors import (
     UsageError,
     WitnessMismatchError,
 )
-from kvreg.store import paging
+from kvreg.store import absence, access_log
 from kvreg.store.artifacts import Artifact, read_tokens
 
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
@@ -510,7 +510,7 @@ def verify_cmd(
     manifest = artifact.manifest
     with out.status(f"re-hashing the objects of {artifact.digest.short()}"):
         objects = _rehash(home, artifact)
-    paging.touch(home, [d for d in manifest.object_digests() if str(d) not in objects["missing"]])
+    access_log.touch(home, [d for d in manifest.object_digests() if str(d) not in objects["missing"]])
     data: dict[str, Any] = {
         "ref": str(artifact.ref) if artifact.ref else None,
         "manifest_digest": str(artifact.digest),
@@ -554,7 +554,7 @@ def verify_cmd(
     if problems:
         if objects["missing"] and not objects["corrupt"]:  # absent, not damaged: say how to get it
             name = str(artifact.ref) if artifact.ref else None
-            error = paging.missing_object_error(
+            error = absence.missing_object_error(
                 home, Digest(objects["missing"][0]), f"object {objects['missing'][0]}", ref=name
             )
             error.message = "verification failed: " + "; ".join(problems) + "; " + error.message

@@ -4,7 +4,7 @@
 (``--json``: the manifest document and nothing else). ``ls`` lists refs with a
 summary of their manifests (no signature checks: it is a listing). ``cat``
 writes an object's raw bytes to stdout after re-hashing them, and records the
-read in the store's access log (the LRU order of disk paging, ``kvreg.store.paging``).
+read in the store's access log (the LRU order of disk paging, ``kvreg.store.access_log``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
-from kvreg.store import paging
+from kvreg.store import access_log
 from kvreg.store.artifacts import resolve
 
 _TEXT_PREVIEW = 600
@@ -187,7 +187,7 @@ def cat(
     home = common.home(ctx)
     target = Digest(digest)
     data = home.objects.read(target, verify=True)
-    paging.touch(home, [target])
+    access_log.touch(home, [target])
     out.write_bytes(data)
 
 

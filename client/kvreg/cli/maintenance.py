@@ -4,7 +4,7 @@
 ``--no-quarantine``) and checks refs, envelopes and manifests; it exits 3 when it
 finds a problem. ``gc`` deletes what no ref reaches and is older than the grace
 period (``kvreg.store.gc``); with ``--evict`` it then evicts least recently used
-unpinned objects until the store fits ``store.max-bytes`` (``kvreg.store.paging``).
+unpinned objects until the store fits ``store.max-bytes`` (``kvreg.store.eviction``).
 Objects evicted that way are listed by ``fsck`` as evicted, not as problems.
 """
 
@@ -22,7 +22,7 @@ from kvreg.cli import common
 from kvreg.cli.paging import render_evict
 from kvreg.console import JsonOpt
 from kvreg.core.errors import IntegrityError, UsageError
-from kvreg.store import paging
+from kvreg.store import eviction
 from kvreg.store.fsck import fsck
 from kvreg.store.gc import DEFAULT_GRACE_SECONDS, collect_garbage
 
@@ -98,7 +98,7 @@ def gc_cmd(
     home = common.home(ctx)
     report = collect_garbage(home, grace_seconds=grace, dry_run=dry_run)
     verb = "would remove" if dry_run else "removed"
-    evicted = paging.evict(home, dry_run=dry_run, grace_seconds=grace) if evict else None
+    evicted = eviction.evict(home, dry_run=dry_run, grace_seconds=grace) if evict else None
 
     def render(console: Console) -> None:
         console.print(

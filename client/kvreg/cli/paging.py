@@ -3,7 +3,7 @@
 ``store.max-bytes`` (``kvreg config set store.max-bytes 20GiB``) is the budget;
 ``kvreg evict`` (or ``kvreg gc --evict``) deletes the least recently used objects
 until the store fits, never those of a pinned ref or of a graft in progress
-(``kvreg.store.paging``). An evicted artifact keeps its ref; ``kvreg pull`` brings
+(``kvreg.store.eviction``). An evicted artifact keeps its ref; ``kvreg pull`` brings
 its objects back.
 """
 
@@ -19,7 +19,7 @@ from kvreg import console as output
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
-from kvreg.store import paging
+from kvreg.store import eviction, pins
 from kvreg.store.config import format_size, parse_size
 
 TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/name) or a manifest digest.")]
@@ -28,7 +28,7 @@ TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/
 def pin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = False) -> None:
     """Never evict what REF reaches (the pin follows the ref when it moves)."""
     out = output.get(ctx, json_output)
-    new = paging.pin(common.home(ctx), target)
+    new = pins.pin(common.home(ctx), target)
     out.result(
         {"pinned": target, "new": new},
         lambda c: c.print(f"pinned {escape(target)}" if new else f"{escape(target)} was pinned already"),
@@ -38,7 +38,7 @@ def pin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = False)
 def unpin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = False) -> None:
     """Let eviction remove REF's objects again when the store is over budget."""
     out = output.get(ctx, json_output)
-    was = paging.unpin(common.home(ctx), target)
+    was = pins.unpin(common.home(ctx), target)
     out.result(
         {"unpinned": target, "was_pinned": was},
         lambda c: c.print(f"unpinned {escape(target)}" if was else f"{escape(target)} was not pinned"),
@@ -48,7 +48,7 @@ def unpin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = Fals
 def pins_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the pinned refs and digests."""
     out = output.get(ctx, json_output)
-    items = paging.pins(common.home(ctx))
+    items = pins.pinned(common.home(ctx))
 
     def render(console: Console) -> None:
         if not items:
@@ -59,7 +59,7 @@ def pins_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     out.result({"pins": items}, render)
 
 
-def render_evict(report: paging.EvictReport, console: Console) -> None:
+def render_evict(report: eviction.EvictReport, console: Console) -> None:
     verb = "would evict" if report.dry_run else "evicted"
     if report.max_bytes is None:
         console.print("no budget set (kvreg config set store.max-bytes SIZE); nothing evicted")
@@ -82,12 +82,12 @@ def run_evict(ctx: typer.Context, max_bytes: str | None, dry_run: bool, json_out
     out = output.get(ctx, json_output)
     home = common.home(ctx)
     if max_bytes is None:
-        report = paging.evict(home, dry_run=dry_run)
+        report = eviction.evict(home, dry_run=dry_run)
     else:
         budget = parse_size(max_bytes)
         if budget is None:
             raise UsageError("--max-bytes needs a size, e.g. 20GiB")
-        report = paging.evict(home, max_bytes=budget, dry_run=dry_run)
+        report = eviction.evict(home, max_bytes=budget, dry_run=dry_run)
     out.result(report.to_dict(), lambda c: render_evict(report, c))
 
 

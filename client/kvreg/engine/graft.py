@@ -54,7 +54,7 @@ from kvreg.engine.runtime import (
     new_cache,
     prefill,
 )
-from kvreg.store import paging
+from kvreg.store import absence, access_log, leases
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def _map_chunk(home: Home, entry: ChunkEntry, *, populate: bool) -> mmap.mmap:
     try:
         f = home.objects.path(entry.digest).open("rb")
     except (FileNotFoundError, ObjectNotFoundError):
-        raise paging.missing_object_error(home, entry.digest, f"chunk {entry.index}") from None
+        raise absence.missing_object_error(home, entry.digest, f"chunk {entry.index}") from None
     with f:
         size = os.fstat(f.fileno()).st_size
         if size != entry.size:
@@ -328,7 +328,7 @@ def graft(
     probe = probe or (ends_prompt and not plan.whole)
     if not probe and ends_prompt:
         needed.append(manifest.witness.logits_digest)
-    with paging.lease(home, needed):
+    with leases.lease(home, needed):
         t0 = time.perf_counter()
         chunks = read_chunks(home, manifest, plan.chunks, verify=verify, threads=lm.config.settings.threads)
         timings["read_seconds"] = time.perf_counter() - t0
@@ -345,11 +345,11 @@ def graft(
                 try:
                     logits = read_witness_logits(home, manifest).to(lm.device)
                 except ObjectNotFoundError:
-                    raise paging.missing_object_error(
+                    raise absence.missing_object_error(
                         home, manifest.witness.logits_digest, "the witness logits"
                     ) from None
         timings["graft_seconds"] = time.perf_counter() - t1
-    paging.touch(home, needed)
+    access_log.touch(home, needed)
     t2 = time.perf_counter()
     if plan.graft_tokens < len(plan.prompt):
         logits, _ = prefill(lm, cache, plan.prompt, plan.graft_tokens, split_at=plan.split_at)

@@ -1,6 +1,6 @@
 """Objects on demand: make the objects a graft needs present, fetching missing ones from a remote.
 
-With disk paging (``kvreg.store.paging``) the local store may hold an artifact's
+With disk paging (``kvreg.store.eviction``) the local store may hold an artifact's
 ref and manifest but not all of its objects: eviction removed them to keep the
 store under ``store.max-bytes``. Before a graft of ``k`` blocks, a caller (``kvreg
 ask``) asks for exactly the objects it will read (:func:`needed_for_graft`) and
@@ -12,9 +12,9 @@ its size; then moved into the store. Nothing unverified becomes visible.
 
 The manifest must come from :func:`kvreg.store.artifacts.open_artifact` (its
 signature checked against the trust policy): only objects it names can be fetched.
-While the block of :func:`ensured` runs, a lease (``paging.lease``) keeps eviction
+While the block of :func:`ensured` runs, a lease (``leases.lease``) keeps eviction
 off the needed objects; after fetching, the store is brought back under its budget
-(``paging.evict_if_over_budget``), evicting other objects, never the needed ones.
+(``eviction.evict_if_over_budget``), evicting other objects, never the needed ones.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
 from kvreg.remote.transfer import known_sizes
-from kvreg.store import paging
+from kvreg.store import access_log, eviction, leases
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def ensured(
             "objects are fetched on demand"
         )
     report = EnsureReport(needed=len(wanted))
-    with paging.lease(home, wanted):
+    with leases.lease(home, wanted):
         absent = [d for d in wanted if not home.objects.has(d)]
         report.present = len(wanted) - len(absent)
         if manifest.digest in absent:
@@ -128,9 +128,9 @@ def ensured(
             log.info(
                 "fetched %d missing objects of %s (%d bytes)", len(absent), manifest.digest, counter.bytes
             )
-        paging.touch(home, wanted)
+        access_log.touch(home, wanted)
         if evict:
-            evicted = paging.evict_if_over_budget(home)
+            evicted = eviction.evict_if_over_budget(home)
             if evicted is not None:
                 report.evicted = list(evicted.evicted)
         yield report

@@ -29,14 +29,14 @@ downloaded again and a partial one continues with a ``Range`` request.
 **A lazy pull** (``lazy=True``, ``kvreg pull --lazy``) checks everything as above
 but downloads only the tokens object (and stores the manifest from the envelope):
 the chunks, the witness logits and the text stay on the registry. The objects it
-did not fetch are recorded (``kvreg.store.paging.record_deferred``) before the ref
+did not fetch are recorded (``kvreg.store.access_log.record_deferred``) before the ref
 is set, so that ``fsck`` lists them as "not fetched (lazy pull)" and a read of
 one raises ``ObjectNotFoundError`` naming the command that fetches it. A later
 pull of the ref without ``lazy`` fetches the rest; ``kvreg.remote.ondemand``
 fetches only what a graft needs.
 
 **Disk paging.** From installing the verified objects until the end, the pull holds a
-lease (``kvreg.store.paging.lease``) on the artifact's manifest and objects; with
+lease (``kvreg.store.leases.lease``) on the artifact's manifest and objects; with
 ``pin`` it pins the local ref; then it brings the store back under
 ``store.max-bytes`` (``evict_if_over_budget``), which never evicts the artifact
 just pulled, a pinned ref's objects or another live lease's. The report's
@@ -88,7 +88,7 @@ from kvreg.remote.auditlog import EntryClaim, RemoteLog, envelope_claim, ref_cla
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
-from kvreg.store import paging
+from kvreg.store import absence, access_log, eviction, leases, pins
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
 from kvreg.store.route_index import index_artifact
@@ -296,7 +296,7 @@ def _local_size(home: Home, digest: Digest, ref: RefName) -> int:
     try:
         return home.objects.size(digest)
     except ObjectNotFoundError as e:
-        why = paging.absence_error(home, digest, f"object {digest} of {ref}", ref=str(ref))
+        why = absence.absence_error(home, digest, f"object {digest} of {ref}", ref=str(ref))
         if why is not None:  # evicted, or left on the registry by a lazy pull: say how to get it
             why.message += "; cannot push an incomplete artifact"
             raise why from e
@@ -457,7 +457,7 @@ def pull(
             crash_point("client.pull.after_fetch")
             # Verified; from here to the end the artifact is leased (eviction leaves it alone).
             # Not before: a refused download leaves no trace in the store, not even a lease.
-            held.enter_context(paging.lease(home, [digest, *digests]))
+            held.enter_context(leases.lease(home, [digest, *digests]))
             staging.install(absent)
             crash_point("client.pull.after_objects")
             home.objects.put_bytes(envelope.payload, expected=digest)
@@ -468,14 +468,14 @@ def pull(
             raise
         staging.discard()  # everything is in the store now
         if deferred:  # before the ref: fsck never sees them as merely missing
-            paging.record_deferred(
+            access_log.record_deferred(
                 home, deferred, remote=client.remote_name, remote_ref=str(ref), local_ref=str(dest)
             )
         crash_point("client.pull.before_ref")
         old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
         if pin:
-            paging.pin(home, str(dest))
-        eviction = paging.evict_if_over_budget(home)  # never this artifact: it is leased
+            pins.pin(home, str(dest))
+        evicted = eviction.evict_if_over_budget(home)  # never this artifact: it is leased
     index_artifact(home, manifest)  # for the router; best effort (kvreg.store.route_index)
 
     log.info(
@@ -500,7 +500,7 @@ def pull(
         lazy=lazy,
         objects_deferred=len(deferred),
         pinned=pin,
-        eviction=None if eviction is None else eviction.to_dict(),
+        eviction=None if evicted is None else evicted.to_dict(),
     )
 
 

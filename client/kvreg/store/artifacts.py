@@ -6,7 +6,7 @@ the manifest object hashes to its name, that the envelope signs exactly those
 bytes, and that a key trusted for the namespace signed it, then returns the
 manifest parsed from the signed payload. It also writes artifacts in the one
 safe order: objects, then manifest and envelope, then the ref; and then brings
-the store back under ``store.max-bytes`` (``kvreg.store.paging``), never evicting
+the store back under ``store.max-bytes`` (``kvreg.store.eviction``), never evicting
 the artifact just written (it is leased from before the first write).
 
 It does not compute KV states (``kvreg.engine``) and does not talk to registries.
@@ -27,7 +27,7 @@ from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.keyfiles import load_trust_policy
-from kvreg.store import paging
+from kvreg.store import eviction, leases
 from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
 from kvreg.store.route_index import index_artifact
@@ -143,7 +143,7 @@ def store_artifact(
         raise DigestMismatchError("the envelope does not sign this manifest")
     report = WriteReport()
     items = list(objects.items() if isinstance(objects, Mapping) else objects)
-    with paging.lease(home, [manifest.digest, *(d for d, _ in items)]):
+    with leases.lease(home, [manifest.digest, *(d for d, _ in items)]):
         for digest, data in items:
             result = home.objects.put_bytes(data, expected=digest)
             report.objects_written += 1
@@ -158,7 +158,7 @@ def store_artifact(
         if ref is not None:
             home.refs.set(ref, manifest.digest, expected=expected)
         if evict:
-            evicted = paging.evict_if_over_budget(home)
+            evicted = eviction.evict_if_over_budget(home)
             report.eviction = None if evicted is None else evicted.to_dict()
     index_artifact(home, manifest)  # for the router; best effort
     return report

@@ -23,13 +23,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvreg.core.errors import ConfigError, UsageError
 from kvreg.store import jsonfile
-
-if TYPE_CHECKING:
-    from kvreg.store.home import Home
+from kvreg.store.layout import Layout
 
 MAX_BYTES_KEY = "store.max-bytes"
 _CONFIG_MODE = 0o644
@@ -149,7 +147,7 @@ def key(name: str) -> Key:
 # --- the file ------------------------------------------------------------------------
 
 
-def locked(home: Home) -> contextlib.AbstractContextManager[None]:
+def locked(home: Layout) -> contextlib.AbstractContextManager[None]:
     """Exclusive lock on ``$KVREG_HOME/.config.lock`` (shared with ``kvreg.remote.config``)."""
     return jsonfile.locked(home, "config")
 
@@ -175,7 +173,7 @@ def _section(doc: dict[str, Any], section: str, path: Path) -> dict[str, Any]:
     return value
 
 
-def get(home: Home, name: str) -> Any:
+def get(home: Layout, name: str) -> Any:
     """The stored value of ``name`` (checked), or None when it is not set."""
     k = key(name)
     section, member = _split(k.name)
@@ -189,7 +187,7 @@ def get(home: Home, name: str) -> Any:
         ) from e
 
 
-def set_value(home: Home, name: str, value: Any) -> None:
+def set_value(home: Layout, name: str, value: Any) -> None:
     """Store an already parsed ``value`` for ``name`` (None removes it)."""
     k = key(name)
     k.check(value)
@@ -208,20 +206,20 @@ def set_value(home: Home, name: str, value: Any) -> None:
         _write_document(home.config_path, doc, home.tmp_dir)
 
 
-def set_text(home: Home, name: str, text: str) -> Any:
+def set_text(home: Layout, name: str, text: str) -> Any:
     """Parse ``text`` for ``name`` and store it; return the stored value."""
     value = key(name).parse(text)
     set_value(home, name, value)
     return value
 
 
-def unset(home: Home, name: str) -> bool:
+def unset(home: Layout, name: str) -> bool:
     """Remove ``name``; True if it was set."""
     was = get(home, name) is not None
     set_value(home, name, None)
     return was
 
 
-def max_bytes(home: Home) -> int | None:
+def max_bytes(home: Layout) -> int | None:
     """The store's size budget (``store.max-bytes``), or None for no budget."""
     return get(home, MAX_BYTES_KEY)

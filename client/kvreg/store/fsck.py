@@ -12,7 +12,7 @@ objects already out of the way, it checks the graph:
 - envelopes whose manifest object is missing.
 
 An object that a manifest references and that disk paging evicted
-(``kvreg.store.paging``'s access log records it) is not a problem: it is listed
+(``kvreg.store.access_log`` records it) is not a problem: it is listed
 in ``report.evicted`` and does not make ``report.ok`` false; ``kvreg pull`` fetches
 it again. Likewise an object a lazy pull (``kvreg pull --lazy``) left on the
 registry is listed in ``report.not_fetched``. A missing object with neither record
@@ -34,13 +34,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, ObjectNotFoundError
-
-if TYPE_CHECKING:
-    from kvreg.store.home import Home
+from kvreg.core.manifest import Manifest
+from kvreg.core.timestamps import from_epoch, rfc3339
+from kvreg.store.access_log import read_access_log
+from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,7 @@ _HASH_BLOCK = 1 << 20
 
 
 def default_children(data: bytes) -> list[Digest]:
-    """The objects a manifest references, via ``kvreg.core.manifest`` (imported lazily)."""
-    from kvreg.core.manifest import Manifest  # lazy: keeps the store importable on its own
-
+    """The objects a manifest references, via ``kvreg.core.manifest``."""
     return list(Manifest.from_bytes(data).object_digests())
 
 
@@ -196,8 +195,6 @@ def fsck(
             manifests.setdefault(md, f"envelope {md}")
 
     # 4. Manifests and their children.
-    from kvreg.store.paging import format_time, read_access_log  # lazy: paging imports this module
-
     try:
         access = read_access_log(home)
     except OSError as exc:
@@ -227,7 +224,7 @@ def fsck(
                                 ProblemKind.OBJECT_NOT_FETCHED,
                                 child,
                                 f"object {child}, referenced by manifest {md} ({via}), was not fetched "
-                                f"(lazy pull at {format_time(d.at)}); {d.pull_command()} fetches it",
+                                f"(lazy pull at {rfc3339(from_epoch(d.at))}); {d.pull_command()} fetches it",
                             )
                         )
                     continue
@@ -239,7 +236,7 @@ def fsck(
                                 ProblemKind.OBJECT_EVICTED,
                                 child,
                                 f"object {child}, referenced by manifest {md} ({via}), was evicted at "
-                                f"{format_time(rec.evicted_at)} to keep the store under its budget; "
+                                f"{rfc3339(from_epoch(rec.evicted_at))} to keep the store under its budget; "
                                 "pull the artifact again to restore it",
                             )
                         )

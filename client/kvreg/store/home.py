@@ -16,30 +16,25 @@ The root is, in order: an explicit path, ``$KVREG_HOME``, ``~/.kvreg``. Layout::
 
 Nothing is created on construction: the stores create their folders on first
 write, and :meth:`Home.ensure` creates the whole layout at once (``kvreg init``).
-This module does not read ``trust.json`` or ``config.json``; it only says where
-they are.
+The folders' paths are :class:`kvreg.store.layout.Layout`'s; ``Home`` adds the root's
+resolution and the stores. This module does not read ``trust.json`` or
+``config.json``; it only says where they are.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
-from kvreg.core.errors import StoreError
 from kvreg.store.envelopes import EnvelopeStore
+from kvreg.store.layout import Layout
 from kvreg.store.objects import ObjectStore
 from kvreg.store.refs import RefStore
 
-log = logging.getLogger(__name__)
-
 ENV_VAR = "KVREG_HOME"
 DEFAULT_DIRNAME = ".kvreg"
-
-_DIRS = ("objects", "envelopes", "refs", "logs", "tmp", "quarantine", "keys", "cache")
-_PRIVATE = frozenset({"keys"})
 
 
 def resolve_root(
@@ -56,74 +51,14 @@ def resolve_root(
     return Path(os.path.abspath(chosen.expanduser()))  # noqa: PTH100 (no symlink resolution wanted)
 
 
-class Home:
-    """The local store root and its parts. Cheap to construct; touches the disk lazily."""
+class Home(Layout):
+    """The local store root, its folders (:class:`Layout`) and its stores. Cheap to construct;
+    touches the disk lazily."""
 
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None
     ) -> None:
-        self.root = resolve_root(path, environ=environ)
-
-    def __repr__(self) -> str:
-        return f"Home({str(self.root)!r})"
-
-    # --- folders and files ----------------------------------------------------
-
-    @property
-    def objects_dir(self) -> Path:
-        return self.root / "objects"
-
-    @property
-    def envelopes_dir(self) -> Path:
-        return self.root / "envelopes"
-
-    @property
-    def refs_dir(self) -> Path:
-        return self.root / "refs"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def tmp_dir(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def quarantine_dir(self) -> Path:
-        return self.root / "quarantine"
-
-    @property
-    def keys_dir(self) -> Path:
-        return self.root / "keys"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.root / "cache"
-
-    @property
-    def trust_path(self) -> Path:
-        return self.root / "trust.json"
-
-    @property
-    def config_path(self) -> Path:
-        return self.root / "config.json"
-
-    def ensure(self) -> Home:
-        """Create the root and every folder of the layout (idempotent); return self."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            for name in _DIRS:
-                d = self.root / name
-                if name in _PRIVATE:
-                    d.mkdir(mode=0o700, exist_ok=True)
-                    d.chmod(0o700)
-                else:
-                    d.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the kvreg store at {self.root}: {exc}") from exc
-        log.debug("store layout ready at %s", self.root)
-        return self
+        super().__init__(resolve_root(path, environ=environ))
 
     # --- stores ---------------------------------------------------------------
 

@@ -7,18 +7,15 @@ documents' contents; this module knows nothing of their keys.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvreg.core.errors import ConfigError, StoreError
 from kvreg.fileio.atomicfile import atomic_write_bytes
-
-if TYPE_CHECKING:
-    from kvreg.store.home import Home
+from kvreg.fileio.locks import flock
+from kvreg.store.layout import Layout
 
 MAX_FILE_BYTES = 1024 * 1024
 
@@ -26,23 +23,16 @@ MAX_FILE_BYTES = 1024 * 1024
 @contextlib.contextmanager
 def lock_file(path: Path) -> Iterator[None]:
     """An exclusive ``flock`` on ``path`` (created, mode 0600, with its folder) for the block."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as e:
-        raise ConfigError(f"cannot lock {path}: {e.strerror or e}") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as stack:
         try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+            stack.enter_context(flock(path, mode=0o600))
+        except OSError as e:
+            raise ConfigError(f"cannot lock {path}: {e.strerror or e}") from e
+        yield
 
 
 @contextlib.contextmanager
-def locked(home: Home, name: str) -> Iterator[None]:
+def locked(home: Layout, name: str) -> Iterator[None]:
     """An exclusive lock on ``$KVREG_HOME/.<name>.lock`` around a read-modify-write."""
     with lock_file(home.root / f".{name}.lock"):
         yield

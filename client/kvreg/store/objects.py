@@ -44,6 +44,8 @@ from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreErr
 from kvreg.core.timestamps import compact_micro, from_epoch
 from kvreg.fileio.atomicfile import finish, fsync_dir, install, temp_file
 from kvreg.fileio.faults import crash_point
+from kvreg.store.absence import absence_error
+from kvreg.store.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -363,11 +365,9 @@ class ObjectStore:
 
     def _not_found(self, digest: Digest) -> ObjectNotFoundError:
         """ "Not in the store", or, if disk paging evicted it or a lazy pull left it on the
-        registry, how to get it (``kvreg.store.paging.absence_error``)."""
+        registry, how to get it (``kvreg.store.absence.absence_error``)."""
         try:
-            from kvreg.store.paging import absence_error_at  # lazy: paging builds on this module
-
-            evicted = absence_error_at(self.root, digest)
+            evicted = absence_error(Layout(self.root), digest, f"object {digest}")
         except (OSError, ValueError) as exc:  # the paging logs only improve the message
             log.debug("cannot read the paging logs: %s", exc)
             evicted = None

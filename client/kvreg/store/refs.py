@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import fcntl
 import json
 import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
@@ -42,12 +41,11 @@ from kvreg.core.errors import (
     RefNotFoundError,
     StoreError,
 )
+from kvreg.core.names import RefName
 from kvreg.core.timestamps import rfc3339_micro
 from kvreg.fileio.atomicfile import append_durable, atomic_write_bytes, fsync_dir
 from kvreg.fileio.faults import crash_point
-
-if TYPE_CHECKING:
-    from kvreg.core.names import RefName
+from kvreg.fileio.locks import flock
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +110,6 @@ def _utc_now() -> str:
 
 
 def _parse_ref_name(text: str) -> RefName:
-    from kvreg.core.names import RefName  # lazy: only scan() needs it
-
     return RefName.parse(text)
 
 
@@ -186,16 +182,8 @@ class RefStore:
         ``set``, ``delete`` and ``tag`` take it themselves; ``gc`` holds it while it
         marks and sweeps so that no ref can move to an object it is deleting.
         """
-        self.refs_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.refs_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with flock(self.refs_dir / LOCK_NAME):
+            yield
 
     # --- reading --------------------------------------------------------------
 
