@@ -244,7 +244,7 @@ def budget_run(
     from kvreg.remote import push
     from kvreg.remote.ondemand import ensured, needed_for_graft
     from kvreg.remote.transfer import pull
-    from kvreg.store import config
+    from kvreg.store import settings_file
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home
 
@@ -267,7 +267,7 @@ def budget_run(
                 for d in open_artifact(depositor.home, ref).manifest.object_digests()
             )
             budget = int(library_bytes * args.budget_fraction)
-            config.set_value(home, config.MAX_BYTES_KEY, budget)
+            settings_file.set_value(home, settings_file.MAX_BYTES_KEY, budget)
             t = time.perf_counter()
             for ref in chosen:
                 pull(home, client, RefName.parse(ref), lazy=True, trust=policy)

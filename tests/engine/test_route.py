@@ -19,7 +19,7 @@ from kvreg.engine.runtime import LoadedModel, load_model, logits_digest
 from kvreg.engine.tiny import build_model_dir
 from kvreg.store.artifacts import read_tokens
 from kvreg.store.home import Home
-from kvreg.store.route_index import RouteIndex, index_path
+from kvreg.store.router_index import RouteIndex, index_path
 
 from .conftest import TEXT
 

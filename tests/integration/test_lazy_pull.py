@@ -56,7 +56,7 @@ def test_lazy_pull_then_route_fsck_reads_and_a_full_pull(
     # the route index learned the artifact, as after a full pull (the router then needs the
     # chunks: kvreg ask --remote fetches them on demand)
     from kvreg.store.home import Home
-    from kvreg.store.route_index import RouteIndex
+    from kvreg.store.router_index import RouteIndex
 
     with RouteIndex(Home(dst)) as index:
         indexed = index.manifest(manifest.digest)

@@ -35,7 +35,7 @@ def test_graft_pulls_what_it_needs_from_a_library_larger_than_the_budget(
     from kvreg.core.names import RefName
     from kvreg.remote.config import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
-    from kvreg.store import access_log, config, eviction
+    from kvreg.store import access_log, eviction, settings_file
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home
 
@@ -44,7 +44,7 @@ def test_graft_pulls_what_it_needs_from_a_library_larger_than_the_budget(
     ref = f"{ns}/p07"
     manifest = open_artifact(home, ref).manifest
     total = home.objects.usage().bytes
-    config.set_value(home, config.MAX_BYTES_KEY, total // 4)  # the library is 4x the budget
+    settings_file.set_value(home, settings_file.MAX_BYTES_KEY, total // 4)  # the library is 4x the budget
     k = 2
     needed = needed_for_graft(manifest, k)
     # everything else was used since: the chunks a k-block graft needs are the least recent

@@ -13,7 +13,7 @@ import pytest
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ConfigError, ObjectNotFoundError, RefNotFoundError, UsageError
 from kvreg.core.names import RefName
-from kvreg.store import absence, access_log, config, eviction, leases, pins
+from kvreg.store import absence, access_log, eviction, leases, pins, settings_file
 from kvreg.store.fsck import ProblemKind, fsck
 from kvreg.store.home import Home
 
@@ -63,42 +63,42 @@ def _evict(home: Home, budget: int | None, **kw):
     ],
 )
 def test_parse_size(text, expected):
-    assert config.parse_size(text) == expected
+    assert settings_file.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "-1GB", "12XB", "GiB", "1e9", "lots"])
 def test_parse_size_refuses(text):
     with pytest.raises(UsageError):
-        config.parse_size(text)
+        settings_file.parse_size(text)
 
 
 def test_config_set_get_unset_keeps_other_sections(home):
     home.root.mkdir(parents=True)
     home.config_path.write_text(json.dumps({"remotes": {"origin": {"url": "http://x"}}}))
-    assert config.max_bytes(home) is None
-    assert config.set_text(home, "store.max-bytes", "500MB") == 500_000_000
-    assert config.max_bytes(home) == 500_000_000
+    assert settings_file.max_bytes(home) is None
+    assert settings_file.set_text(home, "store.max-bytes", "500MB") == 500_000_000
+    assert settings_file.max_bytes(home) == 500_000_000
     doc = json.loads(home.config_path.read_text())
     assert doc == {"remotes": {"origin": {"url": "http://x"}}, "store": {"max-bytes": 500_000_000}}
-    assert config.unset(home, "store.max-bytes") is True
-    assert config.unset(home, "store.max-bytes") is False
+    assert settings_file.unset(home, "store.max-bytes") is True
+    assert settings_file.unset(home, "store.max-bytes") is False
     assert json.loads(home.config_path.read_text()) == {"remotes": {"origin": {"url": "http://x"}}}
-    config.set_text(home, "store.max-bytes", "1GiB")
-    config.set_text(home, "store.max-bytes", "none")
-    assert config.max_bytes(home) is None
+    settings_file.set_text(home, "store.max-bytes", "1GiB")
+    settings_file.set_text(home, "store.max-bytes", "none")
+    assert settings_file.max_bytes(home) is None
 
 
 def test_config_unknown_key_and_bad_file(home):
     with pytest.raises(UsageError, match="unknown configuration key") as exc:
-        config.get(home, "store.nope")
+        settings_file.get(home, "store.nope")
     assert "store.max-bytes" in exc.value.hint
     home.root.mkdir(parents=True)
     home.config_path.write_text('{"store": {"max-bytes": "lots"}}')
     with pytest.raises(ConfigError):
-        config.max_bytes(home)
+        settings_file.max_bytes(home)
     home.config_path.write_text("{not json")
     with pytest.raises(ConfigError):
-        config.max_bytes(home)
+        settings_file.max_bytes(home)
 
 
 # --- access log ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.store import eviction, pins
-from kvreg.store.config import format_size, parse_size
+from kvreg.store.settings_file import format_size, parse_size
 
 TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/name) or a manifest digest.")]
 

@@ -91,7 +91,7 @@ def route_cmd(
     home = common.home(ctx)
     data: dict[str, Any] = {}
     if reindex:
-        from kvreg.store.route_index import RouteIndex
+        from kvreg.store.router_index import RouteIndex
 
         with out.status("rebuilding the route index"), RouteIndex(home) as index:
             data["reindexed"] = index.rebuild().to_dict()

@@ -4,7 +4,7 @@ Two modes:
 
 - **prefix** — pure acceleration. The prompt's block keys (``kvreg.core.blockkey``,
   under the local engine's model, tokenizer and config fingerprints and block size)
-  are looked up in the local route index (``kvreg.store.route_index``); the artifact
+  are looked up in the local route index (``kvreg.store.router_index``); the artifact
   sharing the longest block-aligned prefix is grafted for those k blocks only and
   the rest of the prompt is prefilled on the absolute grid, so the next-token logits
   and every decode step are bit for bit those of a run with no cache. The graft
@@ -56,7 +56,7 @@ from kvreg.engine.runtime import Decoded, LoadedModel, decode, new_cache, prefil
 from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store.artifacts import Artifact, Target, open_artifact, read_tokens, resolve
 from kvreg.store.home import Home
-from kvreg.store.route_index import IndexedManifest, RouteIndex
+from kvreg.store.router_index import IndexedManifest, RouteIndex
 
 log = logging.getLogger(__name__)
 

@@ -91,7 +91,7 @@ from kvreg.remote.staging import Staging
 from kvreg.store import absence, access_log, eviction, leases, pins
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
-from kvreg.store.route_index import index_artifact
+from kvreg.store.router_index import index_artifact
 
 log = logging.getLogger(__name__)
 
@@ -476,7 +476,7 @@ def pull(
         if pin:
             pins.pin(home, str(dest))
         evicted = eviction.evict_if_over_budget(home)  # never this artifact: it is leased
-    index_artifact(home, manifest)  # for the router; best effort (kvreg.store.route_index)
+    index_artifact(home, manifest)  # for the router; best effort (kvreg.store.router_index)
 
     log.info(
         "pulled %s as %s (%s)%s", ref, dest, digest, f", {len(deferred)} objects deferred" if lazy else ""

@@ -14,8 +14,8 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import ObjectNotFoundError
 from kvreg.core.timestamps import from_epoch, rfc3339
 from kvreg.store.access_log import Deferral, read_access_log
-from kvreg.store.config import MAX_BYTES_KEY
 from kvreg.store.layout import Layout
+from kvreg.store.settings_file import MAX_BYTES_KEY
 
 
 def deferred_error(what: str, digest: Digest, deferral: Deferral) -> ObjectNotFoundError:

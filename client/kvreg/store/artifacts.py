@@ -30,7 +30,7 @@ from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store import eviction, leases
 from kvreg.store.home import Home
 from kvreg.store.refs import ANY, Expected
-from kvreg.store.route_index import index_artifact
+from kvreg.store.router_index import index_artifact
 
 ANY_NAMESPACE = "*"
 # The namespace named in errors about an artifact reached by a digest that no ref names.

@@ -33,7 +33,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, ObjectNotFoundError, StoreError, UsageError
 from kvreg.core.timestamps import from_epoch, rfc3339
 from kvreg.fileio.atomicfile import fsync_dir
-from kvreg.store import access_log, config, leases, pins
+from kvreg.store import access_log, leases, pins, settings_file
 from kvreg.store.fsck import Children, default_children
 from kvreg.store.gc import DEFAULT_GRACE_SECONDS
 from kvreg.store.home import Home
@@ -113,7 +113,7 @@ def evict(
 ) -> EvictReport:
     """Delete least recently used unprotected objects until ``objects/`` fits ``max_bytes``
     (default: ``store.max-bytes``; None: no budget, nothing is evicted). See the module docstring."""
-    budget = config.max_bytes(home) if max_bytes is FROM_CONFIG else max_bytes
+    budget = settings_file.max_bytes(home) if max_bytes is FROM_CONFIG else max_bytes
     if budget is not None and budget < 0:
         raise UsageError("the byte budget must not be negative")
     report = EvictReport(dry_run=dry_run, max_bytes=budget)
@@ -225,7 +225,7 @@ def evict_if_over_budget(home: Home) -> EvictReport | None:
     on-demand fetch; the caller leases what it just wrote). Returns None when no budget is
     set, or when eviction refused to run (a damaged ref or manifest: logged, not raised,
     because the write before it succeeded; ``kvreg fsck`` says what is wrong)."""
-    budget = config.max_bytes(home)
+    budget = settings_file.max_bytes(home)
     if budget is None:
         return None
     try:

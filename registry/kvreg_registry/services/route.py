@@ -12,7 +12,7 @@ envelopes of the namespaces the caller may read (the rule of search:
 - ``matched_blocks``: the number of leading prompt keys the artifact holds *at the
   same index* — key ``i`` of the prompt stored as block ``i``. Keys chain, so the
   largest such ``i`` gives ``i + 1``; a key stored at another index counts for nothing
-  (the semantics of the local index, ``kvreg.store.route_index`` with
+  (the semantics of the local index, ``kvreg.store.router_index`` with
   ``kvreg.engine.route``);
 - with no keys (a prompt shorter than one block), every such artifact, with
   ``matched_blocks`` 0.

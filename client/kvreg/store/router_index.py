@@ -1,4 +1,4 @@
-"""The local route index: block keys → (manifest digest, block index), for the router.
+"""The router's local index: block keys → (manifest digest, block index), for ``kvreg route``.
 
 A block key (``kvreg.core.blockkey``) names "the KV this model computes, under this
 config, for this token prefix up to block i". The index maps every block key of
