@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from kvreg.core import manifest as manifest_mod
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ManifestInvalidError, MerkleProofError
-from kvreg.core.manifest import ChunkEntry, Manifest, prefix_consistency_proof, verify_prefix
+from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_prefix import prefix_consistency_proof, verify_prefix
+from kvreg.core.manifest_schema import MAX_MANIFEST_BYTES, ChunkEntry
 from kvreg.core.merkle import chunk_merkle_root
 
 from .manifest_helpers import CONFIG_FP, MODEL_FP, TOKENIZER_FP, d, make_doc
@@ -313,7 +314,7 @@ def test_merkle_root_mismatch_is_a_proof_error() -> None:
 
 def test_size_cap_and_strict_json() -> None:
     with pytest.raises(ManifestInvalidError, match="limit"):
-        Manifest.from_bytes(b" " * (manifest_mod.MAX_MANIFEST_BYTES + 1))
+        Manifest.from_bytes(b" " * (MAX_MANIFEST_BYTES + 1))
     good = json.dumps(make_doc(10, 4)).encode()
     with pytest.raises(ManifestInvalidError, match="duplicate"):
         Manifest.from_bytes(good[:-1] + b', "schema": "kvreg.manifest/v1"}')

@@ -7,7 +7,7 @@ import pytest
 from kvreg.core.envelope import sign_envelope
 from kvreg.core.errors import DigestMismatchError, WitnessMismatchError
 from kvreg.core.keys import SigningKey
-from kvreg.core.manifest import prefix_consistency_proof, verify_prefix
+from kvreg.core.manifest_prefix import prefix_consistency_proof, verify_prefix
 from kvreg.core.names import RefName
 from kvreg.engine import check, deposit, graft
 from kvreg.engine.chunks import serialize_chunk

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from fuzz.strategies import fuzz, manifest_doc, typed
 from kvreg.core import merkle
 from kvreg.core.errors import MerkleProofError
-from kvreg.core.manifest import Manifest, prefix_consistency_proof, verify_prefix
+from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_prefix import prefix_consistency_proof, verify_prefix
 
 
 def _inclusion(index: int, leaves: list[bytes]) -> list[bytes]:

@@ -79,7 +79,13 @@ CHECKPOINT = Checkpoint(VERIFIER.name, len(ENTRIES), root_from_leaf_hashes(LEAVE
 NOTE = sign_checkpoint(CHECKPOINT, KEY, VERIFIER.name)
 EXPORT = header_line(
     export_header(
-        remote="r", url="http://x", checkpoint=CHECKPOINT, note=NOTE, verifier=VERIFIER, types={"ref.set": 5}
+        remote="r",
+        url="http://x",
+        checkpoint=CHECKPOINT,
+        note=NOTE,
+        verifier=VERIFIER,
+        types={"ref.set": 5},
+        exported_at="2025-01-31T12:00:00Z",
     )
 ) + b"".join(
     entry_line(i, e, inclusion_proof(i, len(LEAVES), leaf_range_hash(LEAVES)), CHECKPOINT)

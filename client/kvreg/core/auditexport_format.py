@@ -26,9 +26,8 @@ from typing import Any
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier
 from kvreg.core.errors import MerkleProofError
 from kvreg.core.merkle import leaf_hash, verify_inclusion
-from kvreg.core.timestamps import rfc3339
 
-__all__ = ["EXPORT_FORMAT", "entry_line", "export_filename", "export_header", "header_line", "utc_now"]
+__all__ = ["EXPORT_FORMAT", "entry_line", "export_filename", "export_header", "header_line"]
 
 EXPORT_FORMAT = "kvreg.audit-export/v1"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -36,11 +35,6 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def utc_now() -> str:
-    """The ``exported_at`` time: UTC to the second, ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return rfc3339()
 
 
 def export_header(
@@ -51,13 +45,14 @@ def export_header(
     note: str,
     verifier: NoteVerifier,
     types: Mapping[str, int],
-    exported_at: str | None = None,
+    exported_at: str,
 ) -> dict[str, Any]:
     """The header of an export of the log at ``checkpoint`` (signed as ``note`` by ``verifier``).
 
     ``remote`` and ``url`` say where it came from: the client's remote name and URL
     for ``kvreg audit export``, the log's origin and the registry's base URL for the
-    registry's own export."""
+    registry's own export. ``exported_at`` is the caller's clock, RFC 3339 UTC to the
+    second (``kvreg.core.timestamps.rfc3339()``): this module reads no clock."""
     return {
         "format": EXPORT_FORMAT,
         "remote": remote,
@@ -67,7 +62,7 @@ def export_header(
         "checkpoint": note,
         "size": checkpoint.size,
         "root": _b64(checkpoint.root),
-        "exported_at": exported_at or utc_now(),
+        "exported_at": exported_at,
         "types": dict(sorted(types.items())),
     }
 

@@ -36,7 +36,8 @@ from kvreg.core.canonical import canonical_json, parse_json_object
 from kvreg.core.digest import Digest
 from kvreg.core.errors import EnvelopeInvalidError, SignatureError, UntrustedKeyError
 from kvreg.core.keys import PublicKey, SigningKey
-from kvreg.core.manifest import MAX_MANIFEST_BYTES, Manifest
+from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_schema import MAX_MANIFEST_BYTES
 from kvreg.core.names import validate_namespace
 from kvreg.core.trust import TrustPolicy
 

@@ -42,7 +42,8 @@ from kvreg.core.errors import (
     UsageError,
     WitnessMismatchError,
 )
-from kvreg.core.manifest import ChunkEntry, Manifest
+from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_schema import ChunkEntry
 from kvreg.engine.chunks import ChunkLayout, parse_chunk
 from kvreg.engine.config import DTYPES, diff_fields
 from kvreg.engine.runtime import (

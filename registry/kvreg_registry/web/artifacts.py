@@ -13,7 +13,7 @@ whatever the library's size (the page modules only parse the URL and render):
 - prefix relations: ONE query for the envelopes that hold this artifact's chunk 0
   at position 0 with the same fingerprints and block size (at most
   :data:`MAX_CANDIDATES`); each relation is shown only if its Merkle consistency
-  proof (``kvreg.core.manifest.prefix_consistency_proof`` + ``verify_prefix``)
+  proof (``kvreg.core.manifest_prefix.prefix_consistency_proof`` + ``verify_prefix``)
   checks;
 - graft receipts (``services.receipts``: the newest :data:`MAX_RECEIPTS` and the
   total) and the artifact's audit history in its namespace (``audit_subjects``
@@ -38,7 +38,8 @@ from sqlalchemy.orm import Session, aliased
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg.core.errors import KvregError, RequestInvalidError
-from kvreg.core.manifest import Manifest, prefix_consistency_proof, verify_prefix
+from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_prefix import prefix_consistency_proof, verify_prefix
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import (
     AuditEntry,

@@ -40,6 +40,7 @@ from kvreg.core.auditexport_format import entry_line, export_filename, export_he
 from kvreg.core.checkpoint import Checkpoint, verify_signed_checkpoint
 from kvreg.core.errors import KvregError, MerkleProofError, NotFoundError
 from kvreg.core.merkle import leaf_hash, verify_inclusion
+from kvreg.core.timestamps import rfc3339
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database
 from kvreg_registry.db.models import AuditEntry, AuditSubject, Envelope, LogNode, Namespace
@@ -578,6 +579,7 @@ def export_stream(db: Database, log_: AuditLog, base_url: str) -> Export:
         note=note,
         verifier=log_.verifier,
         types=types,
+        exported_at=rfc3339(),
     )
 
     def body() -> Iterator[bytes]:
