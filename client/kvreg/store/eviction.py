@@ -136,9 +136,10 @@ def evict(
 
         entries, problems = home.refs.scan()
         if problems:
-            p = problems[0]
+            problem = problems[0]
             raise StoreError(
-                f"refusing to evict: ref {p.name} cannot be read ({p.message})", hint="run 'kvreg fsck'"
+                f"refusing to evict: ref {problem.name} cannot be read ({problem.message})",
+                hint="run 'kvreg fsck'",
             )
         protected_pin: set[str] = set()
         protected_other: set[str] = set()
@@ -150,10 +151,11 @@ def evict(
             candidates.update(k.hex for k in kids)
             if str(e.ref) in pinned or str(e.digest) in pinned:
                 protected_pin.update(k.hex for k in kids)
-        for p in pinned:
-            if p.startswith("sha256:"):
-                protected_other.add(Digest(p).hex)
-                protected_pin.update(k.hex for k in _children_of(home, Digest(p), children, f"pin {p}"))
+        for target in pinned:
+            if target.startswith("sha256:"):
+                protected_other.add(Digest(target).hex)
+                pinned_kids = _children_of(home, Digest(target), children, f"pin {target}")
+                protected_pin.update(k.hex for k in pinned_kids)
         for md in home.envelopes.iter_manifest_digests():
             protected_other.add(md.hex)
             try:

@@ -218,13 +218,14 @@ def fsck(
                 if rec is not None and rec.deferred is not None:
                     if child not in noted:
                         noted.add(child)
-                        d = rec.deferred
+                        deferral = rec.deferred
                         report.not_fetched.append(
                             FsckProblem(
                                 ProblemKind.OBJECT_NOT_FETCHED,
                                 child,
                                 f"object {child}, referenced by manifest {md} ({via}), was not fetched "
-                                f"(lazy pull at {rfc3339(from_epoch(d.at))}); {d.pull_command()} fetches it",
+                                f"(lazy pull at {rfc3339(from_epoch(deferral.at))}); "
+                                f"{deferral.pull_command()} fetches it",
                             )
                         )
                     continue

@@ -23,6 +23,7 @@ is signed: callers store objects and envelope first and move the ref last.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import enum
 import json
@@ -263,7 +264,7 @@ class RefStore:
             )
         return entries
 
-    def reflog(self, ref: RefName) -> list[RefLogEntry]:
+    def reflog(self, ref: RefName) -> builtins.list[RefLogEntry]:  # list: the method above
         """The ref's moves, oldest first (empty if it never existed)."""
         try:
             lines = self._log_path(ref).read_text("utf-8").splitlines()

@@ -222,4 +222,4 @@ def unset(home: Layout, name: str) -> bool:
 
 def max_bytes(home: Layout) -> int | None:
     """The store's size budget (``store.max-bytes``), or None for no budget."""
-    return get(home, MAX_BYTES_KEY)
+    return _check_size_value(get(home, MAX_BYTES_KEY))
