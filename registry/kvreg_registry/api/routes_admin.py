@@ -10,7 +10,7 @@ import kvreg
 from kvreg.core.digest import Digest
 from kvreg.core.timestamps import rfc3339
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import principal, state
+from kvreg_registry.api.deps import NamespaceAccess, namespace_access, principal, state
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Namespace, SigningKey
 from kvreg_registry.services import accounts
@@ -94,9 +94,9 @@ def create_namespace(
 @router.get(
     "/namespaces/{ns}", responses=m.errors(400, 404), response_model=m.NamespaceOut, summary="One namespace"
 )
-def get_namespace(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.NamespaceOut:
-    with state(request).db.read() as s:
-        return _namespace_out(accounts.readable_namespace(s, who, ns))
+def get_namespace(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.NamespaceOut:
+    with access.read() as (_s, namespace):
+        return _namespace_out(namespace)
 
 
 @router.post(
@@ -143,11 +143,10 @@ def revoke_token(token_id: m.IdPath, request: Request, who: Principal = Depends(
     summary="Give a user a role in a namespace",
 )
 def set_role(
-    ns: m.NsPath, user: m.UserPath, body: m.RoleIn, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, user: m.UserPath, body: m.RoleIn, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        accounts.set_role(s, who, ns, user, body.role)
+    with access.write("admin") as (s, _namespace):
+        accounts.set_role(s, access.who, ns, user, body.role)
     return Response(status_code=204)
 
 
@@ -158,11 +157,10 @@ def set_role(
     summary="Take a user's role away",
 )
 def remove_role(
-    ns: m.NsPath, user: m.UserPath, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, user: m.UserPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        accounts.remove_role(s, who, ns, user)
+    with access.write("admin") as (s, _namespace):
+        accounts.remove_role(s, access.who, ns, user)
     return Response(status_code=204)
 
 
@@ -172,9 +170,8 @@ def remove_role(
     response_model=m.KeyList,
     summary="Signing keys registered for a namespace",
 )
-def list_keys(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.KeyList:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def list_keys(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.KeyList:
+    with access.read() as (s, namespace):
         return m.KeyList(keys=[_key_out(k) for k in accounts.list_keys(s, namespace)])
 
 
@@ -186,11 +183,10 @@ def list_keys(ns: m.NsPath, request: Request, who: Principal = Depends(principal
     summary="Register a signing key",
 )
 def register_key(
-    ns: m.NsPath, body: m.KeyIn, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, body: m.KeyIn, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.KeyOut:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        return _key_out(accounts.register_key(s, who, ns, body.public_key))
+    with access.write("admin") as (s, _namespace):
+        return _key_out(accounts.register_key(s, access.who, ns, body.public_key))
 
 
 @router.delete(
@@ -200,9 +196,8 @@ def register_key(
     summary="Revoke a signing key",
 )
 def revoke_key(
-    ns: m.NsPath, keyid: m.KeyIdPath, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, keyid: m.KeyIdPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.KeyOut:
     keyid = Digest(keyid)  # a key id is sha256:<hex> of the raw key; anything else is 400
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        return _key_out(accounts.revoke_key(s, who, ns, keyid))
+    with access.write("admin") as (s, _namespace):
+        return _key_out(accounts.revoke_key(s, access.who, ns, keyid))

@@ -7,11 +7,19 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
-from kvreg.core.errors import PreconditionRequiredError, RequestInvalidError
+from kvreg.core.errors import ObjectsMissingError, PreconditionRequiredError, RequestInvalidError
 from kvreg.core.names import validate_name, validate_namespace
 from kvreg.fileio.faults import crash_point
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import RegistryState, etag, parse_etag, principal, read_body, state
+from kvreg_registry.api.deps import (
+    NamespaceAccess,
+    etag,
+    namespace_access,
+    parse_etag,
+    principal,
+    read_body,
+    state,
+)
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Ref
@@ -25,11 +33,9 @@ router = APIRouter()
 # --- envelopes --------------------------------------------------------------------------------
 
 
-def _store_envelope(
-    st: RegistryState, who: Principal, ns: str, d: Digest, body: bytes
-) -> tuple[str, int | None]:
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
+def _store_envelope(access: NamespaceAccess, d: Digest, body: bytes) -> tuple[str, int | None]:
+    st, ns = access.st, access.name
+    with access.read("write") as (s, namespace):
         existing = s.get(Envelope, (namespace.id, d))
         if existing is not None:
             return existing.signer_keyid, None
@@ -38,8 +44,6 @@ def _store_envelope(
         # Refuse before writing anything if objects are missing (the write transaction checks again).
         absent = object_service.missing(s, namespace, checked.manifest.object_digests())
         if absent:
-            from kvreg.core.errors import ObjectsMissingError
-
             raise ObjectsMissingError(
                 f"namespace {ns!r} lacks {len(absent)} object(s) that the manifest references",
                 hint="upload the objects first (kvreg push does), then the envelope",
@@ -57,7 +61,7 @@ def _store_envelope(
             pending.commit(d)
             crash_point("registry.envelope.after_publish")
             object_service.hold(s, namespace, d)
-            row, seq = envelopes.store(s, who, namespace, checked, text=text, prompt=prompt)
+            row, seq = envelopes.store(s, access.who, namespace, checked, text=text, prompt=prompt)
             return row.signer_keyid, seq
 
 
@@ -71,13 +75,13 @@ def _store_envelope(
     },
 )
 async def put_envelope(
-    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, digest: m.DigestPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
 ) -> JSONResponse:
-    st = state(request)
+    st = access.st
     validate_namespace(ns)
     d = Digest(digest)
     body = await read_body(request, st.settings.max_json_bytes)
-    signer, seq = await run_in_threadpool(_store_envelope, st, who, ns, d, body)
+    signer, seq = await run_in_threadpool(_store_envelope, access, d, body)
     crash_point("registry.envelope.after_commit")
     out = m.EnvelopeStored(namespace=ns, digest=d, signer=signer, created=seq is not None, log_index=seq)
     return JSONResponse(out.model_dump(), status_code=201 if seq is not None else 200)
@@ -89,11 +93,10 @@ async def put_envelope(
     responses={**m.errors(400, 404), 200: {"content": {"application/json": {}}}},
 )
 def get_envelope(
-    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, digest: m.DigestPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
     d = Digest(digest)
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         row = envelopes.get(s, namespace, d)
         headers = {"ETag": etag(d)}
         if row.log_seq is not None:
@@ -110,15 +113,12 @@ def get_envelope(
 def delete_envelope(
     ns: m.NsPath,
     digest: m.DigestPath,
-    request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     reason: str | None = Query(default=None, max_length=2000, description="why (kept in the tombstone)"),
 ) -> Response:
     d = Digest(digest)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
-        envelopes.delete_envelope(s, who, namespace, d, note=reason)
+    with holds.refusals_logged(access.st.db, access.who), access.write() as (s, namespace):
+        envelopes.delete_envelope(s, access.who, namespace, d, note=reason)
     return Response(status_code=204)
 
 
@@ -143,9 +143,8 @@ def _ref_out(ns: str, r: Ref) -> m.RefOut:
     response_model=m.RefList,
     summary="The refs of a namespace",
 )
-def list_refs(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.RefList:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def list_refs(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RefList:
+    with access.read() as (s, namespace):
         return m.RefList(refs=[_ref_out(ns, r) for r in refs.list_refs(s, namespace)])
 
 
@@ -156,11 +155,10 @@ def list_refs(ns: m.NsPath, request: Request, who: Principal = Depends(principal
     summary="One ref (ETag: its digest)",
 )
 def get_ref(
-    ns: m.NsPath, name: m.NamePath, request: Request, who: Principal = Depends(principal)
+    ns: m.NsPath, name: m.NamePath, access: NamespaceAccess = Depends(namespace_access)
 ) -> JSONResponse:
     validate_name(name)
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         r = refs.get(s, namespace, name)
         return JSONResponse(_ref_out(ns, r).model_dump(), headers={"ETag": etag(r.manifest_digest)})
 
@@ -190,8 +188,7 @@ def put_ref(
     ns: m.NsPath,
     name: m.NamePath,
     body: m.RefIn,
-    request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
         default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
     ),
@@ -202,10 +199,8 @@ def put_ref(
     validate_name(name)
     expected = _precondition(if_match, if_none_match)
     d = Digest(body.digest)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
-        row, created, _seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
+    with holds.refusals_logged(access.st.db, access.who), access.write("write") as (s, namespace):
+        row, created, _seq = refs.put(s, access.who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
     crash_point("registry.ref.after_commit")
     return JSONResponse(out.model_dump(), status_code=201 if created else 200, headers={"ETag": etag(d)})
@@ -220,8 +215,7 @@ def put_ref(
 def delete_ref(
     ns: m.NsPath,
     name: m.NamePath,
-    request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
         default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
     ),
@@ -230,10 +224,8 @@ def delete_ref(
     if if_match is None:
         raise PreconditionRequiredError('deleting a ref needs If-Match: "<current digest>"')
     expected = parse_etag(if_match)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
-        refs.remove(s, who, namespace, name, expected=expected)
+    with holds.refusals_logged(access.st.db, access.who), access.write() as (s, namespace):
+        refs.remove(s, access.who, namespace, name, expected=expected)
     return Response(status_code=204)
 
 
