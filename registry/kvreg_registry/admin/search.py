@@ -8,7 +8,7 @@ import typer
 
 from kvreg import console as output
 from kvreg_registry.admin.common import JsonOpt, opened_registry
-from kvreg_registry.services import search
+from kvreg_registry.services import search_index
 
 app = typer.Typer(help="The full-text search index of artifacts.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def search_reindex(
     storage) and rebuild the full-text index; rows already right are left alone."""
     out = output.get(ctx, json_output)
     with opened_registry(ctx) as st:
-        report = search.reindex(st.db, st.storage, batch=batch)
+        report = search_index.reindex(st.db, st.storage, batch=batch)
     line = f"reindexed {report.envelopes} envelope(s): {report.changed} changed"
     if report.missing_text:
         line += f", {report.missing_text} with a text object missing from storage"

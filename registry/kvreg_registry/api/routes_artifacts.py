@@ -23,7 +23,7 @@ from kvreg_registry.api.deps import (
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Ref
-from kvreg_registry.services import accounts, envelopes, holds, refs, search
+from kvreg_registry.services import accounts, envelopes, holds, refs, search, search_text
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.services.gc import collect_garbage
 
@@ -50,8 +50,8 @@ def _store_envelope(access: NamespaceAccess, d: Digest, body: bytes) -> tuple[st
                 missing=[str(x) for x in absent[:1000]],
             )
     # The namespace holds the text objects (checked above): read them for search, outside any
-    # transaction (capped at search.MAX_TEXT_BYTES each).
-    text, prompt = search.artifact_texts(st.storage, checked.manifest)
+    # transaction (capped at search_text.MAX_TEXT_BYTES each).
+    text, prompt = search_text.artifact_texts(st.storage, checked.manifest)
     payload = checked.envelope.payload
     with st.storage.begin_upload() as pending:
         pending.write(payload)

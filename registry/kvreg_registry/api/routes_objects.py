@@ -29,6 +29,7 @@ from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
+from kvreg_registry.storage.base import PendingObject
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -110,11 +111,8 @@ def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | No
 
 
 def _finish_upload(
-    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: object, implicit: str | None
+    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: PendingObject, implicit: str | None
 ) -> tuple[bool, int | None, int]:
-    from kvreg_registry.storage.base import PendingObject
-
-    assert isinstance(pending, PendingObject)
     with st.db.write() as s:
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_object(s, digest, pending.size)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
+    BodyTooLargeError,
     DigestMismatchError,
     ObjectNotFoundError,
     RequestInvalidError,
@@ -45,8 +46,6 @@ BATCH = 500
 
 def parse_digests(values: object, *, limit: int) -> list[Digest]:
     """A JSON list of digest strings, validated and deduplicated in order."""
-    from kvreg.core.errors import BodyTooLargeError
-
     if not isinstance(values, list):
         raise RequestInvalidError("'digests' must be an array of digest strings")
     if len(values) > limit:

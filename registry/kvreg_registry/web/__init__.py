@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from kvreg_registry.web import (
+    errors,
     pages_admin,
     pages_artifact,
     pages_audit,
@@ -46,8 +47,6 @@ PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages
 
 def install(app: FastAPI) -> None:
     """Add the pages and the static files to ``app``."""
-    from kvreg_registry.web import errors
-
     for module in PAGE_MODULES:
         app.include_router(module.router)
     app.mount("/static", _StaticFiles(directory=STATIC_DIR), name="static")

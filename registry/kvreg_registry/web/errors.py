@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from kvreg_registry.api import errors as api_errors
+from kvreg_registry.auth import Principal
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, visitor
 
@@ -35,8 +36,6 @@ def _who(request: Request) -> Visitor:
         with request.app.state.registry.db.read() as s:
             return visitor(s, request)
     except Exception:
-        from kvreg_registry.auth import Principal
-
         return Visitor(principal=Principal(), csrf_token="")
 
 
