@@ -26,7 +26,7 @@ from kvreg_registry.api.routes_artifacts import router as artifacts_router
 from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
-from kvreg_registry.api.routes_route import router as route_router
+from kvreg_registry.api.routes_router import router as router_router
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.services.log import AuditLog, load_or_create_key
 from kvreg_registry.settings import Settings
@@ -87,7 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         artifacts_router,
         log_router,
         compliance_router,
-        route_router,
+        router_router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     install_web(app)

@@ -14,7 +14,7 @@ from kvreg_registry.api.deps import NamespaceAccess, namespace_access, principal
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Namespace, SigningKey
 from kvreg_registry.services import accounts
-from kvreg_registry.services import route as route_service
+from kvreg_registry.services import router as router_service
 
 router = APIRouter()
 
@@ -54,7 +54,7 @@ def info(request: Request) -> m.ServerInfo:
             max_object_bytes=st.settings.max_object_bytes,
             max_json_bytes=st.settings.max_json_bytes,
             max_missing_digests=st.settings.max_missing_digests,
-            max_route_keys=route_service.MAX_KEYS,
+            max_route_keys=router_service.MAX_KEYS,
         ),
     )
 

@@ -216,7 +216,7 @@ class Envelope(Base):
         Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
         # The search filters' values per namespace, without reading the rows (search.facets).
         Index("ix_envelopes_facets", "namespace_id", "model_name", "verifier", "verdict"),
-        # The router's listing of the artifacts of one engine (services.route, migration 0005).
+        # The router's listing of the artifacts of one engine (services.router, migration 0005).
         Index(
             "ix_envelopes_route",
             "model_fingerprint",
@@ -254,7 +254,7 @@ class Envelope(Base):
     # The audit entry that recorded it (clients check its inclusion in the log).
     log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # The manifest's ``prompt.token_count`` (None: no prompt recorded), for the router
-    # (``kvreg_registry.services.route``; migration 0005).
+    # (``kvreg_registry.services.router``; migration 0005).
     prompt_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
@@ -290,7 +290,7 @@ class EnvelopeBlock(Base):
     (``manifest.chunks[i].block_key``, ``kvreg.core.blockkey``): the registry's route index.
 
     Written with the envelope (``services.envelopes.store``), gone with it (deleted
-    explicitly, and by the cascade); looked up by key (``services.route``). The keys are
+    explicitly, and by the cascade); looked up by key (``services.router``). The keys are
     what the signed manifest says; the registry cannot recompute them (it has no tokens
     to hash), so a client checks tokens before any graft, as it does for local routes."""
 

@@ -4,7 +4,7 @@ Order of checks (docs/protocol.md): the envelope parses; its payload hashes to t
 digest in the URL; a signature verifies with a non-revoked key registered for the
 namespace; the manifest parses and its Merkle root matches its chunk list; the
 namespace holds every object the manifest references. Only then are the envelope,
-its search fields, its block keys (the route index, ``services.route``) and an audit
+its search fields, its block keys (the route index, ``services.router``) and an audit
 entry written, in one transaction.
 
 Deleting one (by a namespace admin, or by retention during GC) is refused under a

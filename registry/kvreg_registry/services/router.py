@@ -66,7 +66,7 @@ PASS = "pass"
 
 
 @dataclass(frozen=True)
-class RouteQuery:
+class RouterQuery:
     """A validated route request (:func:`parse_query` makes one from the request's values)."""
 
     model_fingerprint: Digest
@@ -127,7 +127,7 @@ def parse_query(
     block_keys: Sequence[object],
     namespaces: Sequence[object] | None = None,
     limit: object = DEFAULT_LIMIT,
-) -> RouteQuery:
+) -> RouterQuery:
     """Check every value of a route request; raise ``InvalidDigestError`` (``DIGEST_INVALID``)
     naming the first bad digest, ``InvalidNameError`` for a bad namespace name, or
     ``RequestInvalidError`` for counts and sizes out of range or a repeated key."""
@@ -162,7 +162,7 @@ def parse_query(
                 f"{len(namespaces)} namespaces in one request, more than the limit of {MAX_NAMESPACES}"
             )
         names = tuple(dict.fromkeys(validate_namespace(str(n)) for n in namespaces))
-    return RouteQuery(
+    return RouterQuery(
         model_fingerprint=_digest(model_fingerprint, "model_fingerprint"),
         tokenizer_fingerprint=_digest(tokenizer_fingerprint, "tokenizer_fingerprint"),
         config_fingerprint=_digest(config_fingerprint, "config_fingerprint"),
@@ -203,7 +203,7 @@ def _wanted(dialect: str, keys: tuple[Digest, ...]) -> tuple[Any, Any, Any]:
     raise NotImplementedError(f"routing on {dialect!r}")
 
 
-def route(session: Session, principal: Principal, q: RouteQuery) -> list[Candidate]:
+def route(session: Session, principal: Principal, q: RouterQuery) -> list[Candidate]:
     """The candidates for ``q`` that ``principal`` may read, best first (see the module docstring)."""
     if q.namespaces is not None and not q.namespaces:
         return []
