@@ -43,7 +43,7 @@ def key_list(ctx: typer.Context, namespace: str, json_output: JsonOpt = False) -
     out = output.get(ctx, json_output)
     with read_session(ctx) as s:
         ns = accounts.get_namespace(s, namespace)
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"keyid": k.keyid, "public_key": k.public_key, "revoked": k.revoked_at is not None}
             for k in accounts.list_keys(s, ns)
         ]

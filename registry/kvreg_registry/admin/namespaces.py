@@ -41,7 +41,7 @@ def namespace_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List every namespace."""
     out = output.get(ctx, json_output)
     with read_session(ctx) as s:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"namespace": ns.name, "public": ns.public, "description": ns.description}
             for ns in accounts.list_namespaces(s, ACTOR)
         ]

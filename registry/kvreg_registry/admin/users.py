@@ -41,7 +41,7 @@ def user_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List users and their roles."""
     out = output.get(ctx, json_output)
     with read_session(ctx) as s:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for u in s.scalars(select(User).order_by(User.name)).all():
             roles = accounts.roles_of(s, Principal(user_id=u.id, name=u.name))
             rows.append({"user": u.name, "admin": u.is_admin, "roles": roles})

@@ -38,7 +38,8 @@ class RegistryState:
 
 
 def state(request: Request) -> RegistryState:
-    return request.app.state.registry  # type: ignore[no-any-return]
+    registry: RegistryState = request.app.state.registry  # set by create_app's lifespan
+    return registry
 
 
 def bearer_token(request: Request) -> str | None:

@@ -318,4 +318,4 @@ def run_gc(body: m.GcIn, request: Request, who: Principal = Depends(principal)) 
     who.require_admin()
     grace = st.settings.gc_grace_seconds if body.grace_seconds is None else body.grace_seconds
     report = collect_garbage(st.db, st.storage, who, grace_seconds=grace, dry_run=body.dry_run)
-    return m.GcOut(**report.to_dict())
+    return m.GcOut.model_validate(report.to_dict())

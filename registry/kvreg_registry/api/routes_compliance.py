@@ -209,7 +209,7 @@ def _receipt_outs(st: RegistryState, ns: str, views: list[receipts.ReceiptView])
             signer_key=v.receipt.signer,
             signer_registered=v.signer_registered,
             host=v.receipt.host,
-            witness=v.receipt.witness,  # type: ignore[arg-type]
+            witness=v.receipt.witness,  # type: ignore[arg-type]  # a str, checked against WITNESS_RESULTS when parsed
             check=v.receipt.check,
             graft=v.receipt.graft,
             time=v.receipt.time,

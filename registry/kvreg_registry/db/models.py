@@ -21,6 +21,7 @@ The schema is created by the alembic migrations in ``migrations/`` (never by
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy import (
     BigInteger,
@@ -34,6 +35,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
 )
@@ -104,6 +106,10 @@ def _digest_check(column: str) -> CheckConstraint:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    if TYPE_CHECKING:
+        # Every model here is declared with __tablename__, so it is mapped to a Table
+        # (declarative's own annotation says FromClause, which has no insert/update).
+        __table__: ClassVar[Table]
 
 
 class Namespace(Base):

@@ -186,7 +186,7 @@ def store(
     return row, seq
 
 
-def get(session: Session, ns: Namespace, digest: Digest) -> EnvelopeRow:
+def get(session: Session, ns: Namespace, digest: str) -> EnvelopeRow:
     row = session.get(EnvelopeRow, (ns.id, digest))
     if row is None:
         raise EnvelopeNotFoundError(f"namespace {ns.name!r} has no envelope {digest}")

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, case, func, literal, or_, select
+from sqlalchemy import BindParameter, String, and_, bindparam, case, func, literal, or_, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -110,7 +110,9 @@ class Candidate:
 
 def _digest(value: object, what: str) -> Digest:
     try:
-        return Digest(value)  # type: ignore[arg-type]
+        if not isinstance(value, str):
+            raise InvalidDigestError("not a string")  # answered below, like any invalid digest
+        return Digest(value)
     except KvregError:
         raise InvalidDigestError(
             f"{what} is not a valid digest: {str(value)[:80]!r}",
@@ -197,7 +199,7 @@ def _wanted(dialect: str, keys: tuple[Digest, ...]) -> tuple[Any, Any, Any]:
         table = table.render_derived()  # AS wanted(key, ordinality)
         return table.c.key, table.c.ordinality - 1, table
     if dialect == "sqlite":
-        keys_json = bindparam("route_keys", json.dumps(values))
+        keys_json: BindParameter[str] = bindparam("route_keys", json.dumps(values))
         table = func.json_each(keys_json).table_valued("key", "value", name="wanted")
         return table.c.value, table.c.key, table
     raise NotImplementedError(f"routing on {dialect!r}")

@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Select,
     and_,
     bindparam,
     exists,
@@ -140,7 +141,7 @@ def _text_match(dialect: str, terms: list[str], *, steer: bool = False) -> Colum
         )
     if dialect == "sqlite":
         match = " AND ".join(f'"{w}"*' for w in terms)
-        hits = (
+        hits: Select[Any] = (
             select(literal_column("rowid"))
             .select_from(text(FTS_TABLE))
             .where(text("envelopes_fts MATCH :fts_query").bindparams(fts_query=match))
@@ -228,7 +229,7 @@ def search(
     total_stmt = select(func.count()).select_from(Envelope).where(*_conditions(q, principal, dialect))
     page_stmt = select(Envelope, Namespace.name).join(Namespace, Namespace.id == Envelope.namespace_id)
     if dialect == "sqlite":
-        keys = (
+        keys: Select[Any] = (
             select(literal_column("envelopes.rowid"))
             .select_from(Envelope)
             .where(*_conditions(q, principal, dialect, steer=True))

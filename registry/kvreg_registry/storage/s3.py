@@ -137,7 +137,7 @@ class S3Pending(PendingObject):
 
     # --- writing ----------------------------------------------------------------
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         self._buffer += data
         if self._upload_id is None and len(self._buffer) >= self._s.multipart_threshold:
             self._start_multipart()
@@ -197,12 +197,14 @@ class S3Pending(PendingObject):
             MultipartUpload={"Parts": self._parts},
         )
         self._completed = True
+        tmp_key = self._tmp_key
+        assert tmp_key is not None  # set by _start_multipart, with _upload_id
         try:
             if s.exists(digest):
                 return False
-            return s.copy_to(self._tmp_key, final, self.size)
+            return s.copy_to(tmp_key, final, self.size)
         finally:
-            s.delete_key_quietly(self._tmp_key)
+            s.delete_key_quietly(tmp_key)
 
     def _discard(self) -> None:
         self._buffer = bytearray()
@@ -373,7 +375,8 @@ class S3Storage(ObjectStorage):
 
     def _head(self, digest: Digest) -> dict[str, Any] | None:
         try:
-            return self.client.head_object(Bucket=self.bucket, Key=self.object_key(digest))
+            head: dict[str, Any] = self.client.head_object(Bucket=self.bucket, Key=self.object_key(digest))
+            return head
         except ClientError as exc:
             if _is_not_found(exc):
                 return None
@@ -447,11 +450,12 @@ class S3Storage(ObjectStorage):
         if expires_s < 1:
             raise ValueError(f"expires_s must be positive, not {expires_s}")
         try:
-            return self.client.generate_presigned_url(
+            url: str = self.client.generate_presigned_url(
                 "get_object",
                 Params={"Bucket": self.bucket, "Key": self.object_key(digest)},
                 ExpiresIn=expires_s,
             )
+            return url
         except (ClientError, BotoCoreError) as exc:
             self._unavailable("generate_presigned_url", exc)
 

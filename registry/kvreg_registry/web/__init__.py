@@ -10,8 +10,6 @@ everything that came from an artifact. See docs/web-ui.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
@@ -36,9 +34,9 @@ class _StaticFiles(StaticFiles):
     """``StaticFiles`` whose answers say ``nosniff`` (the pages' other headers are for HTML)."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
-        response: Any = await super().get_response(path, scope)
+        response = await super().get_response(path, scope)
         response.headers.update(STATIC_HEADERS)
-        return response  # type: ignore[no-any-return]
+        return response
 
 
 # Page modules, in the order their routes are matched.

@@ -260,7 +260,7 @@ def shared_chunks(
     )
     visible = visible_condition(principal)
     if visible is not True:
-        stmt = stmt.where(visible)  # type: ignore[arg-type]
+        stmt = stmt.where(visible)
     stmt = stmt.order_by(mine.position, Namespace.name, EnvelopeRow.title, EnvelopeRow.manifest_digest)
     rows = session.execute(stmt.limit(MAX_SHARED_ROWS + 1)).all()
     capped = len(rows) > MAX_SHARED_ROWS
@@ -323,7 +323,7 @@ def prefix_relations(
     )
     visible = visible_condition(principal)
     if visible is not True:
-        stmt = stmt.where(visible)  # type: ignore[arg-type]
+        stmt = stmt.where(visible)
     stmt = stmt.order_by(EnvelopeRow.created_at.desc(), EnvelopeRow.manifest_digest)
     rows = session.execute(stmt.limit(MAX_CANDIDATES + 1)).all()
     out: list[Relation] = []
@@ -581,10 +581,14 @@ def compare(storage: ObjectStorage, a: Side, b: Side) -> Comparison:
         except KvregError as exc:
             proof, problem = False, exc.message
 
-    a.tokens = read_object(storage, ma.tokens.digest, 4 * ma.token_count, MAX_TOKENS_BYTES)
-    b.tokens = read_object(storage, mb.tokens.digest, 4 * mb.token_count, MAX_TOKENS_BYTES)
+    a.tokens = tokens_a = read_object(storage, ma.tokens.digest, 4 * ma.token_count, MAX_TOKENS_BYTES)
+    b.tokens = tokens_b = read_object(storage, mb.tokens.digest, 4 * mb.token_count, MAX_TOKENS_BYTES)
     tokens_problem = next(
-        (f"the tokens of {s.title} cannot be read ({_why(s.tokens)})" for s in (a, b) if not s.tokens.ok),
+        (
+            f"the tokens of {s.title} cannot be read ({_why(blob)})"
+            for s, blob in ((a, tokens_a), (b, tokens_b))
+            if not blob.ok
+        ),
         None,
     )
     shared_tokens = 0
@@ -592,16 +596,21 @@ def compare(storage: ObjectStorage, a: Side, b: Side) -> Comparison:
     if tokens_problem is None:
         # Little-endian uint32 ids: equal ids are equal 4-byte groups, so the common byte
         # prefix, floored to whole ids, is the common prefix of the id sequences.
-        da, db = a.tokens.data, b.tokens.data
+        da, db = tokens_a.data, tokens_b.data
         da, db = da[: len(da) // 4 * 4], db[: len(db) // 4 * 4]
         shared_tokens = common_prefix_len(da, db) // 4
         # Both read up to the cap and equal that far: the common prefix may go on.
-        tokens_partial = (a.tokens.cut or b.tokens.cut) and shared_tokens * 4 == min(len(da), len(db))
+        tokens_partial = (tokens_a.cut or tokens_b.cut) and shared_tokens * 4 == min(len(da), len(db))
 
-    a.text = read_object(storage, ma.text.digest, ma.text.size, MAX_COMPARE_TEXT_BYTES)
-    b.text = read_object(storage, mb.text.digest, mb.text.size, MAX_COMPARE_TEXT_BYTES)
+    a.text = text_a = read_object(storage, ma.text.digest, ma.text.size, MAX_COMPARE_TEXT_BYTES)
+    b.text = text_b = read_object(storage, mb.text.digest, mb.text.size, MAX_COMPARE_TEXT_BYTES)
     text_problem = next(
-        (f"the text of {s.title} cannot be read ({_why(s.text)})" for s in (a, b) if not s.text.ok), None
+        (
+            f"the text of {s.title} cannot be read ({_why(blob)})"
+            for s, blob in ((a, text_a), (b, text_b))
+            if not blob.ok
+        ),
+        None,
     )
     divergence = None
     if text_problem is None:

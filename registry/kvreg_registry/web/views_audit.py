@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import json
 import logging
 import re
@@ -258,7 +259,8 @@ def summarize(doc: dict[str, Any] | None) -> str:
     if doc is None:
         return "(the stored entry is not a JSON object)"
     parts: list[str] = []
-    details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+    raw_details = doc.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
     ref = details.get("ref")
     if isinstance(ref, str):
         parts.append(ref)
@@ -269,7 +271,8 @@ def summarize(doc: dict[str, Any] | None) -> str:
         parts.append(f"new {_value_text(new)}")
     elif old is not None:
         parts.append(f"was {_value_text(old)}")
-    subjects = doc.get("subjects") if isinstance(doc.get("subjects"), list) else []
+    raw_subjects = doc.get("subjects")
+    subjects: list[Any] = raw_subjects if isinstance(raw_subjects, list) else []
     shown = [s for s in subjects if isinstance(s, str) and s not in (old, new)]
     if shown:
         more = f" +{len(shown) - 3}" if len(shown) > 3 else ""
@@ -428,8 +431,8 @@ def entry_detail(session: Session, log_: AuditLog, seq: int) -> EntryDetail:
         raise NotFoundError(f"the audit log has no entry {seq}", hint="entries are numbered from 0")
     raw = bytes(row.entry)
     doc = parse_entry(raw)
-    subjects_raw = doc.get("subjects") if doc and isinstance(doc.get("subjects"), list) else []
-    subjects = [str(s) for s in subjects_raw]
+    subjects_raw = (doc or {}).get("subjects")
+    subjects = [str(s) for s in subjects_raw] if isinstance(subjects_raw, list) else []
     digests = [s for s in subjects if _DIGEST.fullmatch(s)]
     for v in (doc or {}).get("old"), (doc or {}).get("new"):
         if isinstance(v, str) and _DIGEST.fullmatch(v) and v not in digests:
@@ -526,7 +529,7 @@ def proofs_for_page(session: Session, start: int, end: int, size: int) -> list[l
     stored perfect subtrees, with one query for the whole page."""
     wanted: set[tuple[int, int]] = set()
     for i in range(start, end):
-        wanted |= logtree.plan(lambda node, i=i: logtree.inclusion_proof(i, size, node))
+        wanted |= logtree.plan(functools.partial(logtree.inclusion_proof, i, size))
     nodes = _read_nodes(session, wanted)
 
     def node(level: int, idx: int) -> bytes:
