@@ -28,7 +28,7 @@ from kvreg.core.merkle import leaf_hash, verify_inclusion
 from kvreg.remote.auditexport import verify_export
 from kvreg_registry import audit
 from kvreg_registry.db.models import AuditEntry
-from kvreg_registry.web import views_audit
+from kvreg_registry.web import audit_export, views_audit
 
 from .conftest import open_library
 from .library import Library, count_queries
@@ -296,7 +296,7 @@ def test_a_tampered_entry_shows_a_failed_proof(library: Library, monkeypatch: py
     assert r.status_code == 200 and "not a JSON object" in r.text
 
     # The export stops rather than deliver a file whose entry is not in the signed log.
-    with pytest.raises(views_audit.ExportAborted, match=f"entry {target}"):
+    with pytest.raises(audit_export.ExportAborted, match=f"entry {target}"):
         library.client.get("/audit/export")
 
 

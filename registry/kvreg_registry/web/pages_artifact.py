@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import views_artifact
+from kvreg_registry.web import lookup, views_artifact
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import apply_cookies, visitor
 
@@ -48,10 +48,10 @@ def ref_page(ns: str, ref: str, request: Request) -> RedirectResponse:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-        namespace = views_artifact.readable_namespace(s, who.principal, ns)
-        digest = views_artifact.ref_digest(s, namespace, ref)
+        namespace = lookup.readable_namespace(s, who.principal, ns)
+        digest = lookup.ref_digest(s, namespace, ref)
     response = RedirectResponse(
-        views_artifact.artifact_url(quote(namespace.name), str(digest)),
+        lookup.artifact_url(quote(namespace.name), str(digest)),
         status_code=303,
         headers=SECURITY_HEADERS,
     )

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from kvreg.core.errors import NotFoundError, UnauthenticatedError
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import views_audit
+from kvreg_registry.web import audit_export, views_audit
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, apply_cookies, visitor
 
@@ -114,7 +114,7 @@ def export_download(request: Request) -> Response:
         who = visitor(s, request)
     if not views_audit.may_read_entries(who.principal, st.settings):
         return _sign_in_needed(request, who, "exporting the audit log")
-    export = views_audit.export_stream(st.db, st.log, str(request.base_url).rstrip("/"))
+    export = audit_export.export_stream(st.db, st.log, str(request.base_url).rstrip("/"))
     headers = {
         **SECURITY_HEADERS,
         "Content-Disposition": f'attachment; filename="{export.filename}"',
