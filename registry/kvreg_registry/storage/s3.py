@@ -31,7 +31,6 @@ This module does not create buckets.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from kvreg_registry.storage.base import (
     not_found,
     shard_parts,
 )
+from kvreg_registry.storage.s3_names import validate_bucket, validate_prefix
 
 log = logging.getLogger(__name__)
 
@@ -69,38 +69,9 @@ MAX_PARTS = 10_000
 #: The part size doubles every this many parts, so an upload never runs out of parts.
 _PARTS_PER_SIZE = 1_000
 
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 _PRECONDITION_CODES = frozenset({"412", "PreconditionFailed", "ConditionalRequestConflict"})
 _NO_UPLOAD_CODES = frozenset({"404", "NoSuchUpload"})
-
-
-def validate_bucket(bucket: str) -> str:
-    if not isinstance(bucket, str) or _BUCKET.fullmatch(bucket) is None or ".." in bucket:
-        raise ConfigError(
-            f"not a valid S3 bucket name: {bucket!r}",
-            hint="3-63 characters: lowercase letters, digits, '.' and '-'",
-        )
-    return bucket
-
-
-def validate_prefix(prefix: str) -> str:
-    """``a/b`` or ``a/b/`` → ``a/b/``; ``""`` stays empty. Refuses anything but plain segments."""
-    if not isinstance(prefix, str):
-        raise ConfigError(f"not a valid S3 key prefix: {prefix!r}")
-    stripped = prefix.removesuffix("/")
-    if not stripped:
-        if prefix:
-            raise ConfigError(f"not a valid S3 key prefix: {prefix!r}")
-        return ""
-    for segment in stripped.split("/"):
-        if _PREFIX_SEGMENT.fullmatch(segment) is None or segment.strip(".") == "":
-            raise ConfigError(
-                f"not a valid S3 key prefix: {prefix!r}",
-                hint="segments of letters, digits, '.', '_' and '-' separated by '/', no '..'",
-            )
-    return stripped + "/"
 
 
 def _code(exc: ClientError) -> str:
