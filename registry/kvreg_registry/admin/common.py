@@ -18,10 +18,9 @@ import typer
 from sqlalchemy.orm import Session
 
 from kvreg import console as output
-from kvreg_registry.api.deps import RegistryState
-from kvreg_registry.app import open_state
 from kvreg_registry.auth import Principal
 from kvreg_registry.settings import Settings
+from kvreg_registry.state import RegistryState, open_state
 
 ACTOR = Principal(user_id=None, name="kvreg-admin", is_admin=True)
 

@@ -17,9 +17,9 @@ from rich.table import Table
 from kvreg import console as output
 from kvreg.core.errors import IntegrityError
 from kvreg_registry.admin.common import ACTOR, JsonOpt, opened_registry, settings_of
-from kvreg_registry.app import open_state
 from kvreg_registry.services.fsck import check_registry
 from kvreg_registry.services.gc import collect_garbage
+from kvreg_registry.state import open_state
 
 
 def migrate(ctx: typer.Context, json_output: JsonOpt = False) -> None:

@@ -21,20 +21,9 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
 from kvreg_registry.api.ratelimit import auth_attempt
 from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
-from kvreg_registry.db.engine import Database
 from kvreg_registry.db.models import Namespace
 from kvreg_registry.services import accounts
-from kvreg_registry.services.log import AuditLog
-from kvreg_registry.settings import Settings
-from kvreg_registry.storage.base import ObjectStorage
-
-
-@dataclass
-class RegistryState:
-    settings: Settings
-    db: Database
-    storage: ObjectStorage
-    log: AuditLog
+from kvreg_registry.state import RegistryState
 
 
 def state(request: Request) -> RegistryState:

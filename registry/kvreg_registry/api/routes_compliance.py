@@ -15,10 +15,11 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.digest import Digest
 from kvreg.core.names import validate_namespace
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import NamespaceAccess, RegistryState, namespace_access, read_body
+from kvreg_registry.api.deps import NamespaceAccess, namespace_access, read_body
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.db.models import LegalHold, RetentionPolicy
 from kvreg_registry.services import holds, receipts, retention
+from kvreg_registry.state import RegistryState
 
 router = APIRouter(tags=["compliance"])
 

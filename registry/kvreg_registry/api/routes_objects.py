@@ -24,11 +24,12 @@ from kvreg.core.names import validate_namespace
 from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import NamespaceAccess, RegistryState, etag, namespace_access
+from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
+from kvreg_registry.state import RegistryState
 from kvreg_registry.storage.base import PendingObject
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,10 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KeyFileError, RequestInvalidError, UnauthenticatedError
-from kvreg_registry.api.deps import RegistryState, state
+from kvreg_registry.api.deps import state
 from kvreg_registry.auth import ROLE_RANK, Principal
 from kvreg_registry.services import accounts, holds, retention
+from kvreg_registry.state import RegistryState
 from kvreg_registry.web.forms import read_form
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, check_csrf, visitor
