@@ -99,15 +99,22 @@ def append(
 def read_nodes(session: Session, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
     """The stored perfect subtrees ``wanted`` (level, index), in one query; missing ones are absent.
 
-    One ``IN`` list per level: the proofs of a page of the export need a few thousand
-    nodes, more than one ``OR`` term per node allows on SQLite."""
+    One ``OR`` term per level: ``idx = ?`` for a level with one node (a proof or an
+    append: the cheapest statement to build), ``idx IN (...)`` for more (the proofs of a
+    page of the audit export need thousands of nodes, more ``OR`` terms than SQLite takes)."""
     by_level: dict[int, set[int]] = defaultdict(set)
     for level, idx in wanted:
         by_level[level].add(idx)
     if not by_level:
         return {}
     cond = or_(
-        *(and_(LogNode.level == lv, LogNode.idx.in_(sorted(ixs))) for lv, ixs in sorted(by_level.items()))
+        *(
+            and_(
+                LogNode.level == lv,
+                LogNode.idx == min(ixs) if len(ixs) == 1 else LogNode.idx.in_(sorted(ixs)),
+            )
+            for lv, ixs in sorted(by_level.items())
+        )
     )
     rows = session.execute(select(LogNode.level, LogNode.idx, LogNode.hash).where(cond)).all()
     return {(int(lv), int(ix)): bytes(h) for lv, ix, h in rows}
