@@ -96,7 +96,7 @@ async def namespace_access(request: Request, who: Principal = Depends(principal)
     """The dependency of every ``/namespaces/{ns}/...`` route that reads or changes the namespace.
 
     It reads ``ns`` from the matched path rather than declaring it, so the route's own
-    ``ns: m.NsPath`` stays the one declaration in the OpenAPI document, in its place.
+    ``ns: NsPath`` stays the one declaration in the OpenAPI document, in its place.
     """
     return NamespaceAccess(state(request), who, request.path_params["ns"])
 

@@ -20,6 +20,15 @@ from kvreg_registry.api.deps import (
     read_body,
     state,
 )
+from kvreg_registry.api.params import (
+    ETAG_PATTERN,
+    NAMESPACE_PATTERN,
+    TIME_PATTERN,
+    DigestPath,
+    NamePath,
+    NsPath,
+    documented,
+)
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Ref
@@ -75,7 +84,7 @@ def _store_envelope(access: NamespaceAccess, d: Digest, body: bytes) -> tuple[st
     },
 )
 async def put_envelope(
-    ns: m.NsPath, digest: m.DigestPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, digest: DigestPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
 ) -> JSONResponse:
     st = access.st
     validate_namespace(ns)
@@ -93,7 +102,7 @@ async def put_envelope(
     responses={**m.errors(400, 404), 200: {"content": {"application/json": {}}}},
 )
 def get_envelope(
-    ns: m.NsPath, digest: m.DigestPath, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, digest: DigestPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
     d = Digest(digest)
     with access.read() as (s, namespace):
@@ -111,8 +120,8 @@ def get_envelope(
     summary="Delete an envelope no ref points at and no legal hold protects (namespace admin)",
 )
 def delete_envelope(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     access: NamespaceAccess = Depends(namespace_access),
     reason: str | None = Query(default=None, max_length=2000, description="why (kept in the tombstone)"),
 ) -> Response:
@@ -143,7 +152,7 @@ def _ref_out(ns: str, r: Ref) -> m.RefOut:
     response_model=m.RefList,
     summary="The refs of a namespace",
 )
-def list_refs(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RefList:
+def list_refs(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RefList:
     with access.read() as (s, namespace):
         return m.RefList(refs=[_ref_out(ns, r) for r in refs.list_refs(s, namespace)])
 
@@ -154,9 +163,7 @@ def list_refs(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access))
     response_model=m.RefOut,
     summary="One ref (ETag: its digest)",
 )
-def get_ref(
-    ns: m.NsPath, name: m.NamePath, access: NamespaceAccess = Depends(namespace_access)
-) -> JSONResponse:
+def get_ref(ns: NsPath, name: NamePath, access: NamespaceAccess = Depends(namespace_access)) -> JSONResponse:
     validate_name(name)
     with access.read() as (s, namespace):
         r = refs.get(s, namespace, name)
@@ -185,15 +192,15 @@ def _precondition(if_match: str | None, if_none_match: str | None) -> Digest | N
     summary="Create (If-None-Match: *) or move (If-Match) a ref; tags are immutable",
 )
 def put_ref(
-    ns: m.NsPath,
-    name: m.NamePath,
+    ns: NsPath,
+    name: NamePath,
     body: m.RefIn,
     access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
-        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+        default=None, description="the ref's current digest", json_schema_extra=documented(ETAG_PATTERN)
     ),
     if_none_match: str | None = Header(
-        default=None, description="'*': create only", json_schema_extra=m.documented(r"^\*$")
+        default=None, description="'*': create only", json_schema_extra=documented(r"^\*$")
     ),
 ) -> JSONResponse:
     validate_name(name)
@@ -213,11 +220,11 @@ def put_ref(
     summary="Delete a ref (namespace admin, If-Match)",
 )
 def delete_ref(
-    ns: m.NsPath,
-    name: m.NamePath,
+    ns: NsPath,
+    name: NamePath,
     access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
-        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+        default=None, description="the ref's current digest", json_schema_extra=documented(ETAG_PATTERN)
     ),
 ) -> Response:
     validate_name(name)
@@ -242,7 +249,7 @@ def list_artifacts(
     request: Request,
     who: Principal = Depends(principal),
     namespace: str | None = Query(
-        default=None, max_length=63, json_schema_extra=m.documented(m.NAMESPACE_PATTERN)
+        default=None, max_length=63, json_schema_extra=documented(NAMESPACE_PATTERN)
     ),
     model: str | None = Query(default=None, max_length=200),
     verifier: str | None = Query(default=None, max_length=200),
@@ -254,13 +261,13 @@ def list_artifacts(
         default=None,
         max_length=40,
         description="stored at or after: YYYY-MM-DD or ISO 8601 (UTC default)",
-        json_schema_extra=m.documented(m.TIME_PATTERN),
+        json_schema_extra=documented(TIME_PATTERN),
     ),
     until: str | None = Query(
         default=None,
         max_length=40,
         description="stored before: ISO 8601, or YYYY-MM-DD (that day included)",
-        json_schema_extra=m.documented(m.TIME_PATTERN),
+        json_schema_extra=documented(TIME_PATTERN),
     ),
     limit: int = Query(default=50, ge=1, le=search.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),

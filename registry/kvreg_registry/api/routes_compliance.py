@@ -16,6 +16,7 @@ from kvreg.core.digest import Digest
 from kvreg.core.names import validate_namespace
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, namespace_access, read_body
+from kvreg_registry.api.params import DIGEST_PATTERN, IdPath, NsPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.db.models import LegalHold, RetentionPolicy
 from kvreg_registry.services import holds, receipts, retention
@@ -52,9 +53,7 @@ def hold_out(ns: str, h: LegalHold) -> m.HoldOut:
     response_model=m.HoldOut,
     summary="Place a legal hold on the namespace or on one ref (namespace admin)",
 )
-def place_hold(
-    ns: m.NsPath, body: m.HoldIn, access: NamespaceAccess = Depends(namespace_access)
-) -> m.HoldOut:
+def place_hold(ns: NsPath, body: m.HoldIn, access: NamespaceAccess = Depends(namespace_access)) -> m.HoldOut:
     with access.write("admin") as (s, namespace):
         return hold_out(ns, holds.place(s, access.who, namespace, ref=body.ref, reason=body.reason))
 
@@ -66,7 +65,7 @@ def place_hold(
     summary="Legal holds (namespace admin)",
 )
 def list_holds(
-    ns: m.NsPath,
+    ns: NsPath,
     access: NamespaceAccess = Depends(namespace_access),
     active: bool = Query(default=False, description="only holds not lifted"),
 ) -> m.HoldList:
@@ -80,9 +79,7 @@ def list_holds(
     response_model=m.HoldOut,
     summary="One legal hold",
 )
-def get_hold(
-    ns: m.NsPath, hold_id: m.IdPath, access: NamespaceAccess = Depends(namespace_access)
-) -> m.HoldOut:
+def get_hold(ns: NsPath, hold_id: IdPath, access: NamespaceAccess = Depends(namespace_access)) -> m.HoldOut:
     with access.read("admin") as (s, namespace):
         return hold_out(ns, holds.get(s, namespace, hold_id))
 
@@ -94,8 +91,8 @@ def get_hold(
     summary="Lift a legal hold (namespace admin); logged as hold.lifted",
 )
 def lift_hold(
-    ns: m.NsPath,
-    hold_id: m.IdPath,
+    ns: NsPath,
+    hold_id: IdPath,
     access: NamespaceAccess = Depends(namespace_access),
     reason: str = Query(default="", max_length=2000, description="why it is lifted (logged)"),
 ) -> m.HoldOut:
@@ -124,7 +121,7 @@ def retention_out(ns: str, p: RetentionPolicy | None, seq: int | None = None) ->
     response_model=m.RetentionOut,
     summary="The namespace's retention policy (nulls: keep everything)",
 )
-def get_retention(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RetentionOut:
+def get_retention(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RetentionOut:
     with access.read() as (s, namespace):
         return retention_out(ns, retention.get_policy(s, namespace))
 
@@ -136,7 +133,7 @@ def get_retention(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_acce
     summary="Set the retention policy GC applies (namespace admin)",
 )
 def put_retention(
-    ns: m.NsPath, body: m.RetentionIn, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, body: m.RetentionIn, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.RetentionOut:
     with access.write("admin") as (s, namespace):
         policy, seq = retention.set_policy(
@@ -151,7 +148,7 @@ def put_retention(
     status_code=204,
     summary="Clear the retention policy: keep everything (namespace admin)",
 )
-def delete_retention(ns: m.NsPath, access: NamespaceAccess = Depends(namespace_access)) -> Response:
+def delete_retention(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> Response:
     with access.write("admin") as (s, namespace):
         retention.clear_policy(s, access.who, namespace)
     return Response(status_code=204)
@@ -189,7 +186,7 @@ def _store_receipt(access: NamespaceAccess, body: bytes) -> m.ReceiptStored:
     },
 )
 async def post_receipt(
-    ns: m.NsPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
 ) -> JSONResponse:
     st = access.st
     validate_namespace(ns)
@@ -230,12 +227,12 @@ def _receipt_outs(st: RegistryState, ns: str, views: list[receipts.ReceiptView])
     summary="Graft receipts of the namespace (of one artifact with ?digest=), newest first",
 )
 def list_receipts(
-    ns: m.NsPath,
+    ns: NsPath,
     access: NamespaceAccess = Depends(namespace_access),
     digest: str | None = Query(
         default=None,
         description="only receipts for this manifest digest",
-        json_schema_extra=m.documented(m.DIGEST_PATTERN),
+        json_schema_extra=documented(DIGEST_PATTERN),
     ),
     limit: int = Query(default=50, ge=1, le=receipts.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
@@ -255,7 +252,7 @@ def list_receipts(
     summary="One graft receipt",
 )
 def get_receipt(
-    ns: m.NsPath, receipt_id: m.IdPath, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, receipt_id: IdPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.ReceiptOut:
     st = access.st
     with access.read() as (s, namespace):

@@ -25,6 +25,7 @@ from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
+from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
@@ -46,7 +47,7 @@ WRITE_PIECE = 4 << 20
     summary="Open an upload session and ask which objects are missing",
 )
 def open_upload(
-    ns: m.NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.UploadOpened:
     st = access.st
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
@@ -72,7 +73,7 @@ def open_upload(
     summary="Close an upload session",
 )
 def close_upload(
-    ns: m.NsPath, upload_id: m.UploadPath, access: NamespaceAccess = Depends(namespace_access)
+    ns: NsPath, upload_id: UploadPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
     with access.write("write") as (s, namespace):
         if object_service.close_session(s, namespace, upload_id):
@@ -88,9 +89,7 @@ def close_upload(
     response_model=m.Missing,
     summary="Which of these objects the namespace lacks",
 )
-def missing(
-    ns: m.NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)
-) -> m.Missing:
+def missing(ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)) -> m.Missing:
     st = access.st
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
     with access.read() as (s, namespace):
@@ -157,14 +156,14 @@ def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
     },
 )
 async def put_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
     access: NamespaceAccess = Depends(namespace_access),
     x_kvreg_upload: str | None = Header(
         default=None,
         description="the upload session this object belongs to",
-        json_schema_extra=m.documented(m.UUID_PATTERN),
+        json_schema_extra=documented(UUID_PATTERN),
     ),
 ) -> JSONResponse:
     st = access.st
@@ -202,7 +201,7 @@ RANGE_HEADER = Header(
     default=None,
     alias="Range",
     description="one range: bytes=A-B, bytes=A- or bytes=-N",
-    json_schema_extra=m.documented(m.RANGE_PATTERN),
+    json_schema_extra=documented(RANGE_PATTERN),
 )
 _RANGE_NUMBER = re.compile(r"[0-9]{1,20}", re.ASCII)
 
@@ -289,8 +288,8 @@ def _object_response(request: Request, access: NamespaceAccess, digest: str, *, 
     },
 )
 def get_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
     access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
@@ -308,8 +307,8 @@ def get_object(
     summary="An object's size and digest headers",
 )
 def head_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
     access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
