@@ -11,7 +11,7 @@ One run, one process:
    (90 % public, 10 % private with one reader), inserted in bulk straight into the tables
    (with the ``objects`` rows their foreign keys need), one creation time per minute, each
    with a 10 KB envelope (a real one carries its manifest's chunk list in base64). Each
-   row's ``search_text`` is made by ``search.searchable_text`` from a title, a question and
+   row's ``search_text`` is made by ``searchable_text`` (services.search_text) from a title, a question and
    a solution text of ``--words`` words (default 600, about 4 KB) drawn from a Zipf
    vocabulary of 50,000 words, plus marker words in a known number of rows: ``rareword``
    (3 rows), ``mediumword`` (1 %), ``commonword`` (50 %). Then VACUUM ANALYZE (PostgreSQL:
@@ -69,6 +69,7 @@ from kvreg_registry.db.models import (
     User,
 )
 from kvreg_registry.services import search
+from kvreg_registry.services.search_text import searchable_text
 
 ADMIN = Principal(is_admin=True, name="bench")
 ANONYMOUS = Principal()
@@ -190,7 +191,7 @@ def build(db: Database, n: int, words_per_text: int, seed: int = 7) -> tuple[Lib
         title = f"Problem {i}: " + " ".join(body[:6])
         question = "Find " + " ".join(body[6:20]) + "?"
         solution = " ".join(body[20:]) + " " + " ".join(markers)
-        search_text = search.searchable_text([title, question, "exact-match", "bench-model", solution])
+        search_text = searchable_text([title, question, "exact-match", "bench-model", solution])
         lib.namespace.append(ns)
         lib.verdict.append(verdict)
         lib.words.append(set(search_text.split()))

@@ -6,7 +6,7 @@ Create Date: 2026-11-29
 
 What this changes and why (issue 6, part 1: "the registry's route endpoint over the
 same keys; the client sends block keys, not tokens"): ``POST /api/v1/route``
-(``kvreg_registry.services.route``) finds the artifacts that share the longest
+(``kvreg_registry.services.router``) finds the artifacts that share the longest
 block-aligned prefix with a prompt by looking its block keys up.
 
 - ``envelope_blocks``: one row per chunk of each envelope's manifest,

@@ -19,37 +19,20 @@ from fastapi import FastAPI
 
 import kvreg
 from kvreg_registry.api import errors
-from kvreg_registry.api.deps import RegistryState
 from kvreg_registry.api.limits import BodyLimitMiddleware
 from kvreg_registry.api.routes_admin import router as admin_router
 from kvreg_registry.api.routes_artifacts import router as artifacts_router
 from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
-from kvreg_registry.api.routes_route import router as route_router
-from kvreg_registry.db.engine import Database, upgrade
-from kvreg_registry.services.log import AuditLog, load_or_create_key
+from kvreg_registry.api.routes_router import router as router_router
 from kvreg_registry.settings import Settings
-from kvreg_registry.storage import open_storage
+from kvreg_registry.state import open_state
 from kvreg_registry.web import install as install_web
 
 log = logging.getLogger(__name__)
 
 API_PREFIX = "/api/v1"
-
-
-def open_state(settings: Settings) -> RegistryState:
-    """Open (and migrate) the database and the storage backend that ``settings`` name."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    url = settings.effective_database_url
-    if settings.migrate_on_start:
-        upgrade(url)
-    db = Database(url)
-    options = settings.s3.as_storage_options() if settings.effective_storage_url.startswith("s3://") else {}
-    storage = open_storage(settings.effective_storage_url, **options)
-    storage.check()
-    audit_log = AuditLog(db, load_or_create_key(settings.log_key_path), settings.log_origin)
-    return RegistryState(settings=settings, db=db, storage=storage, log=audit_log)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -87,7 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         artifacts_router,
         log_router,
         compliance_router,
-        route_router,
+        router_router,
     ):
         app.include_router(router, prefix=API_PREFIX)
     install_web(app)

@@ -16,6 +16,7 @@ whole log; ``kvreg_registry.services.log`` computes them and signs checkpoints.
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -96,13 +97,24 @@ def append(
 
 
 def read_nodes(session: Session, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """The stored perfect subtrees ``wanted`` (level, index), in one query; missing ones are absent."""
-    pairs = sorted(set(wanted))
-    if not pairs:
+    """The stored perfect subtrees ``wanted`` (level, index), in one query; missing ones are absent.
+
+    One ``OR`` term per level: ``idx = ?`` for a level with one node (a proof or an
+    append: the cheapest statement to build), ``idx IN (...)`` for more (the proofs of a
+    page of the audit export need thousands of nodes, more ``OR`` terms than SQLite takes)."""
+    by_level: dict[int, set[int]] = defaultdict(set)
+    for level, idx in wanted:
+        by_level[level].add(idx)
+    if not by_level:
         return {}
-    rows = session.execute(
-        select(LogNode.level, LogNode.idx, LogNode.hash).where(
-            or_(*(and_(LogNode.level == lv, LogNode.idx == ix) for lv, ix in pairs))
+    cond = or_(
+        *(
+            and_(
+                LogNode.level == lv,
+                LogNode.idx == min(ixs) if len(ixs) == 1 else LogNode.idx.in_(sorted(ixs)),
+            )
+            for lv, ixs in sorted(by_level.items())
         )
-    ).all()
-    return {(lv, ix): bytes(h) for lv, ix, h in rows}
+    )
+    rows = session.execute(select(LogNode.level, LogNode.idx, LogNode.hash).where(cond)).all()
+    return {(int(lv), int(ix)): bytes(h) for lv, ix, h in rows}

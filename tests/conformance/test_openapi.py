@@ -111,7 +111,7 @@ CONFIG = SchemathesisConfig.from_dict(
                 # The coverage phase builds its boundary cases at collection time, and for
                 # block_keys (up to 4,096 different sha256 strings) that takes more than a
                 # minute: POST /route gets more fuzzing examples instead. Its bounds (4,096
-                # and 4,097 keys, a repeated key) are tested in tests/registry/test_route.py.
+                # and 4,097 keys, a repeated key) are tested in tests/registry/test_router.py.
                 "include-name": "POST /api/v1/route",
                 "phases": {"coverage": {"enabled": False}},
                 "generation": {"max-examples": 6 * MAX_EXAMPLES},

@@ -185,8 +185,8 @@ class CrashRig:
     def _open_state(self) -> Any:
         from dataclasses import replace
 
-        from kvreg_registry.app import open_state
         from kvreg_registry.settings import Settings
+        from kvreg_registry.state import open_state
 
         if self._state is None:
             self._state = open_state(replace(Settings.from_env(self.reg.env), migrate_on_start=False))

@@ -32,7 +32,7 @@ from kvreg.core.digest import Digest
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, upgrade
 from kvreg_registry.db.models import Envelope, Namespace, NamespaceObject, StoredObject
-from kvreg_registry.services import search
+from kvreg_registry.services import search, search_index, search_text
 from web.library import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
@@ -160,7 +160,7 @@ def test_a_mebibyte_of_distinct_words_is_stored_and_searchable(lib: Library) -> 
     assert found(lib, q="w000001") == [digest]
     with lib.app_state.db.read() as s:
         stored = s.scalar(select(Envelope.search_text).where(Envelope.manifest_digest == digest))
-    assert len(stored.encode()) <= search.MAX_SEARCH_BYTES
+    assert len(stored.encode()) <= search_text.MAX_SEARCH_BYTES
     assert found(lib, q=words[-1]) == []  # past the caps
 
 
@@ -364,11 +364,11 @@ def test_any_text_searches_without_error_and_finds_its_own_words(lib: Library) -
             s.execute(
                 update(Envelope)
                 .where(Envelope.manifest_digest == digest)
-                .values(search_text=search.searchable_text([content]))
+                .values(search_text=search_text.searchable_text([content]))
             )
         with db.read() as s:
             search.search(s, ANONYMOUS, search.Query(text=query))
-            for word in search.words(content)[:5]:
+            for word in search_text.words(content)[:5]:
                 total = search.search(s, ADMIN, search.Query(text=word, namespace=ns))[1]
                 assert total == 1, (content, word)
             if search.query_words(content):
@@ -392,13 +392,13 @@ def test_reindex_fills_the_solution_text_of_rows_stored_before(lib: Library, tmp
         s.execute(update(Envelope).where(Envelope.manifest_digest == b).values(search_text="new one"))
     assert found(lib, q="kummerfeld") == []
     assert found(lib, q="old") == [a]
-    report = search.reindex(db, lib.app_state.storage, batch=1)
+    report = search_index.reindex(db, lib.app_state.storage, batch=1)
     assert report.envelopes == 2 and report.changed == 2 and report.missing_text == 0
     assert report.index_rebuilt == (db.dialect == "sqlite")
     assert found(lib, q="kummerfeld lemma") == [a]
     assert found(lib, q="ulam") == [a]
     assert found(lib, q="another") == [b]
-    assert search.reindex(db, lib.app_state.storage).changed == 0  # idempotent
+    assert search_index.reindex(db, lib.app_state.storage).changed == 0  # idempotent
     # The command line does the same, on the same settings as the server.
     with db.write() as s:
         s.execute(update(Envelope).where(Envelope.manifest_digest == a).values(search_text=""))

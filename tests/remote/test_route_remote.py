@@ -6,7 +6,7 @@ prefix, so their block keys agree on the shared full blocks. The client sends on
 keys; the answer comes back as typed ``RouteCandidate`` values, longest prefix first,
 private namespaces hidden from an anonymous client. The client refuses bad requests
 before sending them, and the server's refusals arrive as typed errors. The SQL itself
-is tested on both backends in ``tests/registry/test_route.py``.
+is tested on both backends in ``tests/registry/test_router.py``.
 """
 
 from __future__ import annotations

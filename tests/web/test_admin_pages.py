@@ -22,7 +22,7 @@ from kvreg_registry.db.models import (
     SigningKey,
     User,
 )
-from kvreg_registry.web import admin_view
+from kvreg_registry.web import views_admin
 
 from .library import Library, count_queries
 
@@ -584,12 +584,12 @@ def test_bounded_queries_with_2_and_20_namespaces(tmp_path: Any) -> None:
 
 
 def test_namespaces_are_paginated(library: Library) -> None:
-    n = admin_view.NAMESPACES_PER_PAGE + 3
+    n = views_admin.NAMESPACES_PER_PAGE + 3
     for i in range(n):
         library.namespace(f"p{i:03d}", public=False)
     client = browser(library, library.admin_token)
     first = admin_page(client)
-    assert first.count('<tr id="ns-') == admin_view.NAMESPACES_PER_PAGE
+    assert first.count('<tr id="ns-') == views_admin.NAMESPACES_PER_PAGE
     assert 'id="ns-next"' in first and 'id="ns-prev"' not in first
     second = admin_page(client, page=2)
     assert second.count('<tr id="ns-') == 3

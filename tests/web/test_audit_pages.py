@@ -28,7 +28,7 @@ from kvreg.core.merkle import leaf_hash, verify_inclusion
 from kvreg.remote.auditexport import verify_export
 from kvreg_registry import audit
 from kvreg_registry.db.models import AuditEntry
-from kvreg_registry.web import audit_view
+from kvreg_registry.web import audit_export, views_audit
 
 from .conftest import open_library
 from .library import Library, count_queries
@@ -296,7 +296,7 @@ def test_a_tampered_entry_shows_a_failed_proof(library: Library, monkeypatch: py
     assert r.status_code == 200 and "not a JSON object" in r.text
 
     # The export stops rather than deliver a file whose entry is not in the signed log.
-    with pytest.raises(audit_view.ExportAborted, match=f"entry {target}"):
+    with pytest.raises(audit_export.ExportAborted, match=f"entry {target}"):
         library.client.get("/audit/export")
 
 
@@ -487,8 +487,8 @@ def test_the_type_list_is_the_documented_one() -> None:
     for line in section.splitlines():
         if line.startswith("| `"):
             documented |= set(re.findall(r"`([a-z]+(?:\.[a-z]+)+)`", line.split("|")[1]))
-    assert documented == set(audit_view.KNOWN_TYPES)
-    assert len(audit_view.KNOWN_TYPES) == len(set(audit_view.KNOWN_TYPES))
+    assert documented == set(views_audit.KNOWN_TYPES)
+    assert len(views_audit.KNOWN_TYPES) == len(set(views_audit.KNOWN_TYPES))
 
 
 # --- PostgreSQL ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 One writer for both producers of the file: ``kvreg audit export``
 (``kvreg.remote.auditexport``, proofs computed from the downloaded leaves) and the
-registry's ``GET /audit/export`` page (``kvreg_registry.web.audit_view``, proofs from
+registry's ``GET /audit/export`` page (``kvreg_registry.web.views_audit``, proofs from
 the stored tree, streamed). The file is JSON Lines::
 
     {"format": "kvreg.audit-export/v1", "remote", "url", "origin", "verifier_key",

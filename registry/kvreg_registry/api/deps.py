@@ -1,11 +1,19 @@
-"""Request-scoped helpers for the routes: the registry state, the caller, bodies, headers."""
+"""Request-scoped helpers for the routes: the registry state, the caller, the namespace, bodies, headers.
+
+Nothing here decides who may do what (``auth`` and the services do) or declares a
+path or query parameter: the routes declare every parameter themselves, so these
+helpers never change the OpenAPI document.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.canonical import parse_json_object
@@ -13,22 +21,14 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
 from kvreg_registry.api.ratelimit import auth_attempt
 from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
-from kvreg_registry.db.engine import Database
-from kvreg_registry.services.log import AuditLog
-from kvreg_registry.settings import Settings
-from kvreg_registry.storage.base import ObjectStorage
-
-
-@dataclass
-class RegistryState:
-    settings: Settings
-    db: Database
-    storage: ObjectStorage
-    log: AuditLog
+from kvreg_registry.db.models import Namespace
+from kvreg_registry.services import accounts
+from kvreg_registry.state import RegistryState
 
 
 def state(request: Request) -> RegistryState:
-    return request.app.state.registry  # type: ignore[no-any-return]
+    registry: RegistryState = request.app.state.registry  # set by create_app's lifespan
+    return registry
 
 
 def bearer_token(request: Request) -> str | None:
@@ -62,6 +62,43 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
 
 async def principal(request: Request) -> Principal:
     return await run_in_threadpool(principal_sync, state(request), request)
+
+
+@dataclass(frozen=True)
+class NamespaceAccess:
+    """The caller's way into the namespace ``{ns}`` of the request path.
+
+    :meth:`write` and :meth:`read` open a database session and resolve the namespace in
+    it for a role (``accounts.readable_namespace``: a private namespace the caller may not
+    read looks absent). They open nothing until the route calls them, so the session is
+    the route's own: it commits before the response is sent, and its errors are answered
+    like any other.
+    """
+
+    st: RegistryState
+    who: Principal
+    name: str
+
+    @contextmanager
+    def write(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
+        """A write transaction and the namespace, if the caller has ``role`` in it."""
+        with self.st.db.write() as s:
+            yield s, accounts.readable_namespace(s, self.who, self.name, role)
+
+    @contextmanager
+    def read(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
+        """A read-only session and the namespace, if the caller has ``role`` in it."""
+        with self.st.db.read() as s:
+            yield s, accounts.readable_namespace(s, self.who, self.name, role)
+
+
+async def namespace_access(request: Request, who: Principal = Depends(principal)) -> NamespaceAccess:
+    """The dependency of every ``/namespaces/{ns}/...`` route that reads or changes the namespace.
+
+    It reads ``ns`` from the matched path rather than declaring it, so the route's own
+    ``ns: NsPath`` stays the one declaration in the OpenAPI document, in its place.
+    """
+    return NamespaceAccess(state(request), who, request.path_params["ns"])
 
 
 async def read_body(request: Request, limit: int) -> bytes:

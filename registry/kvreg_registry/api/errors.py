@@ -157,7 +157,7 @@ def install(app: FastAPI) -> None:
         # FastAPI builds and caches the schema; dropping what is already gone is a no-op.
         return _without_fastapi_422(original_openapi())
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to change the schema
 
     @app.exception_handler(e.KvregError)
     async def _kvreg(request: Request, exc: e.KvregError) -> Response:

@@ -3,7 +3,7 @@
 A ``Content-Length`` over the limit is answered ``413 BODY_TOO_LARGE`` at once;
 a chunked body is counted as it arrives and cut off at the limit. Object uploads
 (``PUT .../objects/{digest}``) get ``max_object_bytes``; ``POST /api/v1/route`` gets
-``ROUTE_MAX_BODY_BYTES`` (4096 block keys need about 300 KB; a read anyone may send
+``ROUTER_MAX_BODY_BYTES`` (4096 block keys need about 300 KB; a read anyone may send
 should not make the server parse megabytes), or ``max_json_bytes`` if smaller; every
 other request gets ``max_json_bytes``. The routes check again (defence in depth).
 """
@@ -21,7 +21,7 @@ from kvreg_registry.api.errors import kvreg_error_response
 _OBJECT_PUT = re.compile(r"^/api/v1/namespaces/[^/]+/objects/[^/]+$")
 _ROUTE_PATH = "/api/v1/route"
 #: The largest body of ``POST /api/v1/route``.
-ROUTE_MAX_BODY_BYTES = 512 * 1024
+ROUTER_MAX_BODY_BYTES = 512 * 1024
 
 
 class BodyLimitMiddleware:
@@ -37,7 +37,7 @@ class BodyLimitMiddleware:
         is_object = scope["method"] == "PUT" and _OBJECT_PUT.match(scope["path"]) is not None
         limit = self.max_object_bytes if is_object else self.max_json_bytes
         if scope["path"].rstrip("/") == _ROUTE_PATH:
-            limit = min(limit, ROUTE_MAX_BODY_BYTES)
+            limit = min(limit, ROUTER_MAX_BODY_BYTES)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             response = kvreg_error_response(

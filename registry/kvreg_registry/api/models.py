@@ -1,67 +1,28 @@
-"""Request and response bodies of the API, as pydantic models (they make the OpenAPI schema)."""
+"""Request and response bodies of the API, as pydantic models (they make the OpenAPI schema).
+
+The formats of strings and the path parameters are in ``api.params``; :func:`errors` lists
+the error responses a route documents.
+"""
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-# The formats the routes check themselves (with their stable codes: DIGEST_INVALID,
-# NAME_INVALID, KEY_INVALID), published as JSON Schema patterns. They document and do
-# not validate: pydantic would answer REQUEST_INVALID instead.
-DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
-NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-NAME_PATTERN = r"^(?!.*[.][.])[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-USER_PATTERN = r"^(?!.*[.][.])[a-z0-9][a-z0-9._-]{0,63}$"
-PUBLIC_KEY_PATTERN = r"^ed25519:[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
-ETAG_PATTERN = r'^"?sha256:[0-9a-f]{64}"?$'
-#: ``YYYY-MM-DD`` or an ISO 8601 datetime, or empty (no bound); the route checks the calendar.
-TIME_PATTERN = (
-    r"^([0-9]{4}-[0-9]{2}-[0-9]{2}"
-    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,6})?)?([Zz]|[+-][0-9]{2}:[0-9]{2})?)?)?$"
+from kvreg_registry.api.params import (
+    DIGEST_PATTERN,
+    NAME_PATTERN,
+    NAMESPACE_PATTERN,
+    PUBLIC_KEY_PATTERN,
+    USER_PATTERN,
+    documented,
 )
-#: One ``bytes=`` range (a range outside the object is 416).
-RANGE_PATTERN = r"^bytes=([0-9]{1,20}-[0-9]{0,20}|-[0-9]{1,20})$"
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-
-
-def documented(pattern: str) -> Callable[[dict[str, Any]], None]:
-    """``json_schema_extra`` that publishes ``pattern`` without pydantic enforcing it.
-
-    An optional header or query parameter (``str | None``) is published as a string: it is
-    absent or a string, never a JSON null.
-    """
-
-    def extra(schema: dict[str, Any]) -> None:
-        schema.pop("anyOf", None)
-        schema["type"] = "string"
-        schema["pattern"] = pattern
-
-    return extra
 
 
 def _takes_int(annotation: object) -> bool:
     return annotation is int or int in typing.get_args(annotation)
-
-
-#: The largest row id (a 32-bit INTEGER column): a larger one is 400, never a database error.
-MAX_ID = 2**31 - 1
-IdPath = Annotated[int, Path(le=MAX_ID)]
-
-# Path parameters, with their documented formats.
-NsPath = Annotated[str, Path(description="a namespace", json_schema_extra=documented(NAMESPACE_PATTERN))]
-DigestPath = Annotated[str, Path(description="sha256:<64 hex>", json_schema_extra=documented(DIGEST_PATTERN))]
-NamePath = Annotated[str, Path(description="a ref name", json_schema_extra=documented(NAME_PATTERN))]
-UserPath = Annotated[str, Path(description="a user name", json_schema_extra=documented(USER_PATTERN))]
-UploadPath = Annotated[
-    str, Path(description="an upload session id", json_schema_extra=documented(UUID_PATTERN))
-]
-KeyIdPath = Annotated[
-    str, Path(description="sha256:<64 hex> of the raw key", json_schema_extra=documented(DIGEST_PATTERN))
-]
 
 
 class Strict(BaseModel):

@@ -10,11 +10,12 @@ import kvreg
 from kvreg.core.digest import Digest
 from kvreg.core.timestamps import rfc3339
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import principal, state
+from kvreg_registry.api.deps import NamespaceAccess, namespace_access, principal, state
+from kvreg_registry.api.params import IdPath, KeyIdPath, NsPath, UserPath
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Namespace, SigningKey
 from kvreg_registry.services import accounts
-from kvreg_registry.services import route as route_service
+from kvreg_registry.services import router as router_service
 
 router = APIRouter()
 
@@ -54,7 +55,7 @@ def info(request: Request) -> m.ServerInfo:
             max_object_bytes=st.settings.max_object_bytes,
             max_json_bytes=st.settings.max_json_bytes,
             max_missing_digests=st.settings.max_missing_digests,
-            max_route_keys=route_service.MAX_KEYS,
+            max_route_keys=router_service.MAX_KEYS,
         ),
     )
 
@@ -94,9 +95,9 @@ def create_namespace(
 @router.get(
     "/namespaces/{ns}", responses=m.errors(400, 404), response_model=m.NamespaceOut, summary="One namespace"
 )
-def get_namespace(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.NamespaceOut:
-    with state(request).db.read() as s:
-        return _namespace_out(accounts.readable_namespace(s, who, ns))
+def get_namespace(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.NamespaceOut:
+    with access.read() as (_s, namespace):
+        return _namespace_out(namespace)
 
 
 @router.post(
@@ -120,7 +121,7 @@ def create_user(body: m.UserIn, request: Request, who: Principal = Depends(princ
     summary="Create an API token (server admin, or the user for themself); shown once",
 )
 def create_token(
-    user: m.UserPath, body: m.TokenIn, request: Request, who: Principal = Depends(principal)
+    user: UserPath, body: m.TokenIn, request: Request, who: Principal = Depends(principal)
 ) -> m.TokenOut:
     with state(request).db.write() as s:
         t = accounts.create_token(s, who, user, label=body.label, expires_in_days=body.expires_in_days)
@@ -130,7 +131,7 @@ def create_token(
 @router.delete(
     "/tokens/{token_id}", responses=m.errors(400, 403, 404), status_code=204, summary="Revoke a token"
 )
-def revoke_token(token_id: m.IdPath, request: Request, who: Principal = Depends(principal)) -> Response:
+def revoke_token(token_id: IdPath, request: Request, who: Principal = Depends(principal)) -> Response:
     with state(request).db.write() as s:
         accounts.revoke_token(s, who, token_id)
     return Response(status_code=204)
@@ -143,11 +144,10 @@ def revoke_token(token_id: m.IdPath, request: Request, who: Principal = Depends(
     summary="Give a user a role in a namespace",
 )
 def set_role(
-    ns: m.NsPath, user: m.UserPath, body: m.RoleIn, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, user: UserPath, body: m.RoleIn, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        accounts.set_role(s, who, ns, user, body.role)
+    with access.write("admin") as (s, _namespace):
+        accounts.set_role(s, access.who, ns, user, body.role)
     return Response(status_code=204)
 
 
@@ -157,12 +157,9 @@ def set_role(
     status_code=204,
     summary="Take a user's role away",
 )
-def remove_role(
-    ns: m.NsPath, user: m.UserPath, request: Request, who: Principal = Depends(principal)
-) -> Response:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        accounts.remove_role(s, who, ns, user)
+def remove_role(ns: NsPath, user: UserPath, access: NamespaceAccess = Depends(namespace_access)) -> Response:
+    with access.write("admin") as (s, _namespace):
+        accounts.remove_role(s, access.who, ns, user)
     return Response(status_code=204)
 
 
@@ -172,9 +169,8 @@ def remove_role(
     response_model=m.KeyList,
     summary="Signing keys registered for a namespace",
 )
-def list_keys(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.KeyList:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def list_keys(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.KeyList:
+    with access.read() as (s, namespace):
         return m.KeyList(keys=[_key_out(k) for k in accounts.list_keys(s, namespace)])
 
 
@@ -185,12 +181,9 @@ def list_keys(ns: m.NsPath, request: Request, who: Principal = Depends(principal
     response_model=m.KeyOut,
     summary="Register a signing key",
 )
-def register_key(
-    ns: m.NsPath, body: m.KeyIn, request: Request, who: Principal = Depends(principal)
-) -> m.KeyOut:
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        return _key_out(accounts.register_key(s, who, ns, body.public_key))
+def register_key(ns: NsPath, body: m.KeyIn, access: NamespaceAccess = Depends(namespace_access)) -> m.KeyOut:
+    with access.write("admin") as (s, _namespace):
+        return _key_out(accounts.register_key(s, access.who, ns, body.public_key))
 
 
 @router.delete(
@@ -199,10 +192,7 @@ def register_key(
     response_model=m.KeyOut,
     summary="Revoke a signing key",
 )
-def revoke_key(
-    ns: m.NsPath, keyid: m.KeyIdPath, request: Request, who: Principal = Depends(principal)
-) -> m.KeyOut:
+def revoke_key(ns: NsPath, keyid: KeyIdPath, access: NamespaceAccess = Depends(namespace_access)) -> m.KeyOut:
     keyid = Digest(keyid)  # a key id is sha256:<hex> of the raw key; anything else is 400
-    with state(request).db.write() as s:
-        accounts.readable_namespace(s, who, ns, "admin")
-        return _key_out(accounts.revoke_key(s, who, ns, keyid))
+    with access.write("admin") as (s, _namespace):
+        return _key_out(accounts.revoke_key(s, access.who, ns, keyid))

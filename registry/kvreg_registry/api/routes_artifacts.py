@@ -7,15 +7,32 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
-from kvreg.core.errors import PreconditionRequiredError, RequestInvalidError
+from kvreg.core.errors import ObjectsMissingError, PreconditionRequiredError, RequestInvalidError
 from kvreg.core.names import validate_name, validate_namespace
 from kvreg.fileio.faults import crash_point
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import RegistryState, etag, parse_etag, principal, read_body, state
+from kvreg_registry.api.deps import (
+    NamespaceAccess,
+    etag,
+    namespace_access,
+    parse_etag,
+    principal,
+    read_body,
+    state,
+)
+from kvreg_registry.api.params import (
+    ETAG_PATTERN,
+    NAMESPACE_PATTERN,
+    TIME_PATTERN,
+    DigestPath,
+    NamePath,
+    NsPath,
+    documented,
+)
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Ref
-from kvreg_registry.services import accounts, envelopes, holds, refs, search
+from kvreg_registry.services import accounts, envelopes, holds, refs, search, search_text
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.services.gc import collect_garbage
 
@@ -25,11 +42,9 @@ router = APIRouter()
 # --- envelopes --------------------------------------------------------------------------------
 
 
-def _store_envelope(
-    st: RegistryState, who: Principal, ns: str, d: Digest, body: bytes
-) -> tuple[str, int | None]:
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
+def _store_envelope(access: NamespaceAccess, d: Digest, body: bytes) -> tuple[str, int | None]:
+    st, ns = access.st, access.name
+    with access.read("write") as (s, namespace):
         existing = s.get(Envelope, (namespace.id, d))
         if existing is not None:
             return existing.signer_keyid, None
@@ -38,16 +53,14 @@ def _store_envelope(
         # Refuse before writing anything if objects are missing (the write transaction checks again).
         absent = object_service.missing(s, namespace, checked.manifest.object_digests())
         if absent:
-            from kvreg.core.errors import ObjectsMissingError
-
             raise ObjectsMissingError(
                 f"namespace {ns!r} lacks {len(absent)} object(s) that the manifest references",
                 hint="upload the objects first (kvreg push does), then the envelope",
                 missing=[str(x) for x in absent[:1000]],
             )
     # The namespace holds the text objects (checked above): read them for search, outside any
-    # transaction (capped at search.MAX_TEXT_BYTES each).
-    text, prompt = search.artifact_texts(st.storage, checked.manifest)
+    # transaction (capped at search_text.MAX_TEXT_BYTES each).
+    text, prompt = search_text.artifact_texts(st.storage, checked.manifest)
     payload = checked.envelope.payload
     with st.storage.begin_upload() as pending:
         pending.write(payload)
@@ -57,7 +70,7 @@ def _store_envelope(
             pending.commit(d)
             crash_point("registry.envelope.after_publish")
             object_service.hold(s, namespace, d)
-            row, seq = envelopes.store(s, who, namespace, checked, text=text, prompt=prompt)
+            row, seq = envelopes.store(s, access.who, namespace, checked, text=text, prompt=prompt)
             return row.signer_keyid, seq
 
 
@@ -71,13 +84,13 @@ def _store_envelope(
     },
 )
 async def put_envelope(
-    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, digest: DigestPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
 ) -> JSONResponse:
-    st = state(request)
+    st = access.st
     validate_namespace(ns)
     d = Digest(digest)
     body = await read_body(request, st.settings.max_json_bytes)
-    signer, seq = await run_in_threadpool(_store_envelope, st, who, ns, d, body)
+    signer, seq = await run_in_threadpool(_store_envelope, access, d, body)
     crash_point("registry.envelope.after_commit")
     out = m.EnvelopeStored(namespace=ns, digest=d, signer=signer, created=seq is not None, log_index=seq)
     return JSONResponse(out.model_dump(), status_code=201 if seq is not None else 200)
@@ -89,11 +102,10 @@ async def put_envelope(
     responses={**m.errors(400, 404), 200: {"content": {"application/json": {}}}},
 )
 def get_envelope(
-    ns: m.NsPath, digest: m.DigestPath, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, digest: DigestPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
     d = Digest(digest)
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         row = envelopes.get(s, namespace, d)
         headers = {"ETag": etag(d)}
         if row.log_seq is not None:
@@ -108,17 +120,14 @@ def get_envelope(
     summary="Delete an envelope no ref points at and no legal hold protects (namespace admin)",
 )
 def delete_envelope(
-    ns: m.NsPath,
-    digest: m.DigestPath,
-    request: Request,
-    who: Principal = Depends(principal),
+    ns: NsPath,
+    digest: DigestPath,
+    access: NamespaceAccess = Depends(namespace_access),
     reason: str | None = Query(default=None, max_length=2000, description="why (kept in the tombstone)"),
 ) -> Response:
     d = Digest(digest)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
-        envelopes.delete_envelope(s, who, namespace, d, note=reason)
+    with holds.refusals_logged(access.st.db, access.who), access.write() as (s, namespace):
+        envelopes.delete_envelope(s, access.who, namespace, d, note=reason)
     return Response(status_code=204)
 
 
@@ -143,9 +152,8 @@ def _ref_out(ns: str, r: Ref) -> m.RefOut:
     response_model=m.RefList,
     summary="The refs of a namespace",
 )
-def list_refs(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.RefList:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def list_refs(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RefList:
+    with access.read() as (s, namespace):
         return m.RefList(refs=[_ref_out(ns, r) for r in refs.list_refs(s, namespace)])
 
 
@@ -155,12 +163,9 @@ def list_refs(ns: m.NsPath, request: Request, who: Principal = Depends(principal
     response_model=m.RefOut,
     summary="One ref (ETag: its digest)",
 )
-def get_ref(
-    ns: m.NsPath, name: m.NamePath, request: Request, who: Principal = Depends(principal)
-) -> JSONResponse:
+def get_ref(ns: NsPath, name: NamePath, access: NamespaceAccess = Depends(namespace_access)) -> JSONResponse:
     validate_name(name)
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         r = refs.get(s, namespace, name)
         return JSONResponse(_ref_out(ns, r).model_dump(), headers={"ETag": etag(r.manifest_digest)})
 
@@ -187,25 +192,22 @@ def _precondition(if_match: str | None, if_none_match: str | None) -> Digest | N
     summary="Create (If-None-Match: *) or move (If-Match) a ref; tags are immutable",
 )
 def put_ref(
-    ns: m.NsPath,
-    name: m.NamePath,
+    ns: NsPath,
+    name: NamePath,
     body: m.RefIn,
-    request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
-        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+        default=None, description="the ref's current digest", json_schema_extra=documented(ETAG_PATTERN)
     ),
     if_none_match: str | None = Header(
-        default=None, description="'*': create only", json_schema_extra=m.documented(r"^\*$")
+        default=None, description="'*': create only", json_schema_extra=documented(r"^\*$")
     ),
 ) -> JSONResponse:
     validate_name(name)
     expected = _precondition(if_match, if_none_match)
     d = Digest(body.digest)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
-        row, created, _seq = refs.put(s, who, namespace, name, d, expected=expected, tag=body.tag)
+    with holds.refusals_logged(access.st.db, access.who), access.write("write") as (s, namespace):
+        row, created, _seq = refs.put(s, access.who, namespace, name, d, expected=expected, tag=body.tag)
         out = _ref_out(ns, row)
     crash_point("registry.ref.after_commit")
     return JSONResponse(out.model_dump(), status_code=201 if created else 200, headers={"ETag": etag(d)})
@@ -218,22 +220,19 @@ def put_ref(
     summary="Delete a ref (namespace admin, If-Match)",
 )
 def delete_ref(
-    ns: m.NsPath,
-    name: m.NamePath,
-    request: Request,
-    who: Principal = Depends(principal),
+    ns: NsPath,
+    name: NamePath,
+    access: NamespaceAccess = Depends(namespace_access),
     if_match: str | None = Header(
-        default=None, description="the ref's current digest", json_schema_extra=m.documented(m.ETAG_PATTERN)
+        default=None, description="the ref's current digest", json_schema_extra=documented(ETAG_PATTERN)
     ),
 ) -> Response:
     validate_name(name)
     if if_match is None:
         raise PreconditionRequiredError('deleting a ref needs If-Match: "<current digest>"')
     expected = parse_etag(if_match)
-    st = state(request)
-    with holds.refusals_logged(st.db, who), st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
-        refs.remove(s, who, namespace, name, expected=expected)
+    with holds.refusals_logged(access.st.db, access.who), access.write() as (s, namespace):
+        refs.remove(s, access.who, namespace, name, expected=expected)
     return Response(status_code=204)
 
 
@@ -250,7 +249,7 @@ def list_artifacts(
     request: Request,
     who: Principal = Depends(principal),
     namespace: str | None = Query(
-        default=None, max_length=63, json_schema_extra=m.documented(m.NAMESPACE_PATTERN)
+        default=None, max_length=63, json_schema_extra=documented(NAMESPACE_PATTERN)
     ),
     model: str | None = Query(default=None, max_length=200),
     verifier: str | None = Query(default=None, max_length=200),
@@ -262,13 +261,13 @@ def list_artifacts(
         default=None,
         max_length=40,
         description="stored at or after: YYYY-MM-DD or ISO 8601 (UTC default)",
-        json_schema_extra=m.documented(m.TIME_PATTERN),
+        json_schema_extra=documented(TIME_PATTERN),
     ),
     until: str | None = Query(
         default=None,
         max_length=40,
         description="stored before: ISO 8601, or YYYY-MM-DD (that day included)",
-        json_schema_extra=m.documented(m.TIME_PATTERN),
+        json_schema_extra=documented(TIME_PATTERN),
     ),
     limit: int = Query(default=50, ge=1, le=search.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
@@ -326,4 +325,4 @@ def run_gc(body: m.GcIn, request: Request, who: Principal = Depends(principal)) 
     who.require_admin()
     grace = st.settings.gc_grace_seconds if body.grace_seconds is None else body.grace_seconds
     report = collect_garbage(st.db, st.storage, who, grace_seconds=grace, dry_run=body.dry_run)
-    return m.GcOut(**report.to_dict())
+    return m.GcOut.model_validate(report.to_dict())

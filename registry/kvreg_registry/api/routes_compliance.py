@@ -15,11 +15,12 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.digest import Digest
 from kvreg.core.names import validate_namespace
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import RegistryState, principal, read_body, state
+from kvreg_registry.api.deps import NamespaceAccess, namespace_access, read_body
+from kvreg_registry.api.params import DIGEST_PATTERN, IdPath, NsPath, documented
 from kvreg_registry.api.routes_admin import iso
-from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import LegalHold, RetentionPolicy
-from kvreg_registry.services import accounts, holds, receipts, retention
+from kvreg_registry.services import holds, receipts, retention
+from kvreg_registry.state import RegistryState
 
 router = APIRouter(tags=["compliance"])
 
@@ -52,12 +53,9 @@ def hold_out(ns: str, h: LegalHold) -> m.HoldOut:
     response_model=m.HoldOut,
     summary="Place a legal hold on the namespace or on one ref (namespace admin)",
 )
-def place_hold(
-    ns: m.NsPath, body: m.HoldIn, request: Request, who: Principal = Depends(principal)
-) -> m.HoldOut:
-    with state(request).db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
-        return hold_out(ns, holds.place(s, who, namespace, ref=body.ref, reason=body.reason))
+def place_hold(ns: NsPath, body: m.HoldIn, access: NamespaceAccess = Depends(namespace_access)) -> m.HoldOut:
+    with access.write("admin") as (s, namespace):
+        return hold_out(ns, holds.place(s, access.who, namespace, ref=body.ref, reason=body.reason))
 
 
 @router.get(
@@ -67,13 +65,11 @@ def place_hold(
     summary="Legal holds (namespace admin)",
 )
 def list_holds(
-    ns: m.NsPath,
-    request: Request,
-    who: Principal = Depends(principal),
+    ns: NsPath,
+    access: NamespaceAccess = Depends(namespace_access),
     active: bool = Query(default=False, description="only holds not lifted"),
 ) -> m.HoldList:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
+    with access.read("admin") as (s, namespace):
         return m.HoldList(holds=[hold_out(ns, h) for h in holds.list_holds(s, namespace, active_only=active)])
 
 
@@ -83,11 +79,8 @@ def list_holds(
     response_model=m.HoldOut,
     summary="One legal hold",
 )
-def get_hold(
-    ns: m.NsPath, hold_id: m.IdPath, request: Request, who: Principal = Depends(principal)
-) -> m.HoldOut:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
+def get_hold(ns: NsPath, hold_id: IdPath, access: NamespaceAccess = Depends(namespace_access)) -> m.HoldOut:
+    with access.read("admin") as (s, namespace):
         return hold_out(ns, holds.get(s, namespace, hold_id))
 
 
@@ -98,15 +91,13 @@ def get_hold(
     summary="Lift a legal hold (namespace admin); logged as hold.lifted",
 )
 def lift_hold(
-    ns: m.NsPath,
-    hold_id: m.IdPath,
-    request: Request,
-    who: Principal = Depends(principal),
+    ns: NsPath,
+    hold_id: IdPath,
+    access: NamespaceAccess = Depends(namespace_access),
     reason: str = Query(default="", max_length=2000, description="why it is lifted (logged)"),
 ) -> m.HoldOut:
-    with state(request).db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
-        hold, _seq = holds.lift(s, who, namespace, hold_id, reason=reason)
+    with access.write("admin") as (s, namespace):
+        hold, _seq = holds.lift(s, access.who, namespace, hold_id, reason=reason)
         return hold_out(ns, hold)
 
 
@@ -130,9 +121,8 @@ def retention_out(ns: str, p: RetentionPolicy | None, seq: int | None = None) ->
     response_model=m.RetentionOut,
     summary="The namespace's retention policy (nulls: keep everything)",
 )
-def get_retention(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> m.RetentionOut:
-    with state(request).db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def get_retention(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.RetentionOut:
+    with access.read() as (s, namespace):
         return retention_out(ns, retention.get_policy(s, namespace))
 
 
@@ -143,12 +133,11 @@ def get_retention(ns: m.NsPath, request: Request, who: Principal = Depends(princ
     summary="Set the retention policy GC applies (namespace admin)",
 )
 def put_retention(
-    ns: m.NsPath, body: m.RetentionIn, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, body: m.RetentionIn, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.RetentionOut:
-    with state(request).db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
+    with access.write("admin") as (s, namespace):
         policy, seq = retention.set_policy(
-            s, who, namespace, keep_versions=body.keep_versions, keep_days=body.keep_days
+            s, access.who, namespace, keep_versions=body.keep_versions, keep_days=body.keep_days
         )
         return retention_out(ns, policy, seq)
 
@@ -159,21 +148,20 @@ def put_retention(
     status_code=204,
     summary="Clear the retention policy: keep everything (namespace admin)",
 )
-def delete_retention(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> Response:
-    with state(request).db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "admin")
-        retention.clear_policy(s, who, namespace)
+def delete_retention(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> Response:
+    with access.write("admin") as (s, namespace):
+        retention.clear_policy(s, access.who, namespace)
     return Response(status_code=204)
 
 
 # --- graft receipts --------------------------------------------------------------------------
 
 
-def _store_receipt(st: RegistryState, who: Principal, ns: str, body: bytes) -> m.ReceiptStored:
-    with st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def _store_receipt(access: NamespaceAccess, body: bytes) -> m.ReceiptStored:
+    ns = access.name
+    with access.write() as (s, namespace):
         opened = receipts.check(body, namespace)
-        row, seq = receipts.store(s, who, namespace, opened)
+        row, seq = receipts.store(s, access.who, namespace, opened)
         return m.ReceiptStored(
             id=row.id,
             namespace=ns,
@@ -197,11 +185,13 @@ def _store_receipt(st: RegistryState, who: Principal, ns: str, body: bytes) -> m
         "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}}
     },
 )
-async def post_receipt(ns: m.NsPath, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
-    st = state(request)
+async def post_receipt(
+    ns: NsPath, request: Request, access: NamespaceAccess = Depends(namespace_access)
+) -> JSONResponse:
+    st = access.st
     validate_namespace(ns)
     body = await read_body(request, st.settings.max_json_bytes)
-    out = await run_in_threadpool(_store_receipt, st, who, ns, body)
+    out = await run_in_threadpool(_store_receipt, access, body)
     return JSONResponse(out.model_dump(), status_code=201 if out.created else 200)
 
 
@@ -217,7 +207,7 @@ def _receipt_outs(st: RegistryState, ns: str, views: list[receipts.ReceiptView])
             signer_key=v.receipt.signer,
             signer_registered=v.signer_registered,
             host=v.receipt.host,
-            witness=v.receipt.witness,  # type: ignore[arg-type]
+            witness=v.receipt.witness,  # type: ignore[arg-type]  # a str, checked against WITNESS_RESULTS when parsed
             check=v.receipt.check,
             graft=v.receipt.graft,
             time=v.receipt.time,
@@ -237,21 +227,19 @@ def _receipt_outs(st: RegistryState, ns: str, views: list[receipts.ReceiptView])
     summary="Graft receipts of the namespace (of one artifact with ?digest=), newest first",
 )
 def list_receipts(
-    ns: m.NsPath,
-    request: Request,
-    who: Principal = Depends(principal),
+    ns: NsPath,
+    access: NamespaceAccess = Depends(namespace_access),
     digest: str | None = Query(
         default=None,
         description="only receipts for this manifest digest",
-        json_schema_extra=m.documented(m.DIGEST_PATTERN),
+        json_schema_extra=documented(DIGEST_PATTERN),
     ),
     limit: int = Query(default=50, ge=1, le=receipts.MAX_LIMIT),
     offset: int = Query(default=0, ge=0, le=1_000_000),
 ) -> m.ReceiptList:
-    st = state(request)
+    st = access.st
     d = None if digest is None else Digest(digest)
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         rows, total = receipts.list_receipts(s, namespace, digest=d, limit=limit, offset=offset)
         views = receipts.view(s, namespace, rows)
     return m.ReceiptList(receipts=_receipt_outs(st, ns, views), total=total, limit=limit, offset=offset)
@@ -264,10 +252,9 @@ def list_receipts(
     summary="One graft receipt",
 )
 def get_receipt(
-    ns: m.NsPath, receipt_id: m.IdPath, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, receipt_id: IdPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.ReceiptOut:
-    st = state(request)
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    st = access.st
+    with access.read() as (s, namespace):
         views = receipts.view(s, namespace, [receipts.get(s, namespace, receipt_id)])
     return _receipt_outs(st, ns, views)[0]

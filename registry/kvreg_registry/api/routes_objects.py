@@ -24,11 +24,14 @@ from kvreg.core.names import validate_namespace
 from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import RegistryState, etag, principal, state
+from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
+from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
+from kvreg_registry.state import RegistryState
+from kvreg_registry.storage.base import PendingObject
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -44,18 +47,19 @@ WRITE_PIECE = 4 << 20
     summary="Open an upload session and ask which objects are missing",
 )
 def open_upload(
-    ns: m.NsPath, body: m.DigestList, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)
 ) -> m.UploadOpened:
-    st = state(request)
+    st = access.st
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
-    with st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
+    with access.write("write") as (s, namespace):
         missing = object_service.missing(s, namespace, digests)
-        row = object_service.open_session(s, namespace, who.user_id, digests, st.settings.upload_ttl_seconds)
+        row = object_service.open_session(
+            s, namespace, access.who.user_id, digests, st.settings.upload_ttl_seconds
+        )
         audit.append(
             s,
             "upload.opened",
-            actor=who.name,
+            actor=access.who.name,
             namespace=ns,
             details={"upload": row.id, "digests": len(digests), "missing": len(missing)},
         )
@@ -69,12 +73,13 @@ def open_upload(
     summary="Close an upload session",
 )
 def close_upload(
-    ns: m.NsPath, upload_id: m.UploadPath, request: Request, who: Principal = Depends(principal)
+    ns: NsPath, upload_id: UploadPath, access: NamespaceAccess = Depends(namespace_access)
 ) -> Response:
-    with state(request).db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
+    with access.write("write") as (s, namespace):
         if object_service.close_session(s, namespace, upload_id):
-            audit.append(s, "upload.closed", actor=who.name, namespace=ns, details={"upload": upload_id})
+            audit.append(
+                s, "upload.closed", actor=access.who.name, namespace=ns, details={"upload": upload_id}
+            )
     return Response(status_code=204)
 
 
@@ -84,36 +89,30 @@ def close_upload(
     response_model=m.Missing,
     summary="Which of these objects the namespace lacks",
 )
-def missing(
-    ns: m.NsPath, body: m.DigestList, request: Request, who: Principal = Depends(principal)
-) -> m.Missing:
-    st = state(request)
+def missing(ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(namespace_access)) -> m.Missing:
+    st = access.st
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+    with access.read() as (s, namespace):
         return m.Missing(missing=list(object_service.missing(s, namespace, digests)))
 
 
-def _prepare_upload(
-    st: RegistryState, who: Principal, ns: str, digest: Digest, upload_id: str | None
-) -> str | None:
+def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | None) -> str | None:
     """Check the write role; cover the digest by an upload session. Returns an implicit session to close."""
-    with st.db.write() as s:
-        namespace = accounts.readable_namespace(s, who, ns, "write")
+    st = access.st
+    with access.write("write") as (s, namespace):
         if upload_id is not None:
             object_service.get_open_session(s, namespace, upload_id)
             object_service.add_to_session(s, upload_id, [digest])
             return None
-        row = object_service.open_session(s, namespace, who.user_id, [digest], st.settings.upload_ttl_seconds)
+        row = object_service.open_session(
+            s, namespace, access.who.user_id, [digest], st.settings.upload_ttl_seconds
+        )
         return row.id
 
 
 def _finish_upload(
-    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: object, implicit: str | None
+    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: PendingObject, implicit: str | None
 ) -> tuple[bool, int | None, int]:
-    from kvreg_registry.storage.base import PendingObject
-
-    assert isinstance(pending, PendingObject)
     with st.db.write() as s:
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_object(s, digest, pending.size)
@@ -157,20 +156,20 @@ def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
     },
 )
 async def put_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     x_kvreg_upload: str | None = Header(
         default=None,
         description="the upload session this object belongs to",
-        json_schema_extra=m.documented(m.UUID_PATTERN),
+        json_schema_extra=documented(UUID_PATTERN),
     ),
 ) -> JSONResponse:
-    st = state(request)
+    st = access.st
     validate_namespace(ns)
     d = Digest(digest)
-    implicit = await run_in_threadpool(_prepare_upload, st, who, ns, d, x_kvreg_upload)
+    implicit = await run_in_threadpool(_prepare_upload, access, d, x_kvreg_upload)
     limit = st.settings.max_object_bytes
     try:
         with st.storage.begin_upload() as pending:
@@ -186,7 +185,9 @@ async def put_object(
                     await run_in_threadpool(pending.write, full)
             if buffer:
                 await run_in_threadpool(pending.write, buffer)
-            stored, seq, size = await run_in_threadpool(_finish_upload, st, who, ns, d, pending, implicit)
+            stored, seq, size = await run_in_threadpool(
+                _finish_upload, st, access.who, ns, d, pending, implicit
+            )
             crash_point("registry.object.after_commit")
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
@@ -200,7 +201,7 @@ RANGE_HEADER = Header(
     default=None,
     alias="Range",
     description="one range: bytes=A-B, bytes=A- or bytes=-N",
-    json_schema_extra=m.documented(m.RANGE_PATTERN),
+    json_schema_extra=documented(RANGE_PATTERN),
 )
 _RANGE_NUMBER = re.compile(r"[0-9]{1,20}", re.ASCII)
 
@@ -241,16 +242,15 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def _object_size(st: RegistryState, who: Principal, ns: str, d: Digest) -> int:
-    with st.db.read() as s:
-        namespace = accounts.readable_namespace(s, who, ns)
+def _object_size(access: NamespaceAccess, d: Digest) -> int:
+    with access.read() as (s, namespace):
         return object_service.held_size(s, namespace, d)
 
 
-def _object_response(request: Request, ns: str, digest: str, who: Principal, *, head: bool) -> Response:
-    st = state(request)
+def _object_response(request: Request, access: NamespaceAccess, digest: str, *, head: bool) -> Response:
+    st = access.st
     d = Digest(digest)
-    size = _object_size(st, who, ns, d)
+    size = _object_size(access, d)
     headers = {
         "Accept-Ranges": "bytes",
         "ETag": etag(d),
@@ -288,13 +288,13 @@ def _object_response(request: Request, ns: str, digest: str, who: Principal, *, 
     },
 )
 def get_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
-    return _object_response(request, ns, digest, who, head=False)
+    return _object_response(request, access, digest, head=False)
 
 
 @router.head(
@@ -307,10 +307,10 @@ def get_object(
     summary="An object's size and digest headers",
 )
 def head_object(
-    ns: m.NsPath,
-    digest: m.DigestPath,
+    ns: NsPath,
+    digest: DigestPath,
     request: Request,
-    who: Principal = Depends(principal),
+    access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
-    return _object_response(request, ns, digest, who, head=True)
+    return _object_response(request, access, digest, head=True)

@@ -24,9 +24,9 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, Table, create_engine, event, insert
+from sqlalchemy import CursorResult, Engine, Result, Table, create_engine, event, insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -137,6 +137,14 @@ def _unavailable_on_connect_error() -> Iterator[None]:
         # The detail (host, driver message) goes to the server log, not to clients.
         log.warning("metadata database error: %s", e.orig)
         raise UnavailableError("the metadata database is unavailable; retry later") from e
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE run by ``Session.execute`` matched (0 if the driver does not say).
+
+    Such a result is a ``CursorResult``; ``Session.execute`` is typed as returning a plain
+    ``Result``, which has no ``rowcount``."""
+    return cast(CursorResult[Any], result).rowcount or 0
 
 
 def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:

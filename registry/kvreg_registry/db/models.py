@@ -21,6 +21,7 @@ The schema is created by the alembic migrations in ``migrations/`` (never by
 from __future__ import annotations
 
 import datetime as dt
+from typing import TYPE_CHECKING, ClassVar
 
 from sqlalchemy import (
     BigInteger,
@@ -34,6 +35,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
 )
@@ -104,6 +106,10 @@ def _digest_check(column: str) -> CheckConstraint:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    if TYPE_CHECKING:
+        # Every model here is declared with __tablename__, so it is mapped to a Table
+        # (declarative's own annotation says FromClause, which has no insert/update).
+        __table__: ClassVar[Table]
 
 
 class Namespace(Base):
@@ -216,7 +222,7 @@ class Envelope(Base):
         Index("ix_envelopes_verifier_verdict", "verifier", "verdict"),
         # The search filters' values per namespace, without reading the rows (search.facets).
         Index("ix_envelopes_facets", "namespace_id", "model_name", "verifier", "verdict"),
-        # The router's listing of the artifacts of one engine (services.route, migration 0005).
+        # The router's listing of the artifacts of one engine (services.router, migration 0005).
         Index(
             "ix_envelopes_route",
             "model_fingerprint",
@@ -254,7 +260,7 @@ class Envelope(Base):
     # The audit entry that recorded it (clients check its inclusion in the log).
     log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # The manifest's ``prompt.token_count`` (None: no prompt recorded), for the router
-    # (``kvreg_registry.services.route``; migration 0005).
+    # (``kvreg_registry.services.router``; migration 0005).
     prompt_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
@@ -290,7 +296,7 @@ class EnvelopeBlock(Base):
     (``manifest.chunks[i].block_key``, ``kvreg.core.blockkey``): the registry's route index.
 
     Written with the envelope (``services.envelopes.store``), gone with it (deleted
-    explicitly, and by the cascade); looked up by key (``services.route``). The keys are
+    explicitly, and by the cascade); looked up by key (``services.router``). The keys are
     what the signed manifest says; the registry cannot recompute them (it has no tokens
     to hash), so a client checks tokens before any graft, as it does for local routes."""
 

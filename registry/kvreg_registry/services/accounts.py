@@ -24,7 +24,7 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.names import validate_namespace
 from kvreg_registry import audit
 from kvreg_registry.auth import ROLE_RANK, Principal, expiry, generate_token, hash_token
-from kvreg_registry.db.engine import add_in_savepoint
+from kvreg_registry.db.engine import add_in_savepoint, rowcount
 from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, utcnow
 
 _USER_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
@@ -203,7 +203,7 @@ def remove_role(session: Session, principal: Principal, namespace: str, user_nam
     principal.require(session, ns, "admin")
     user = get_user(session, user_name)
     result = session.execute(delete(Role).where(Role.user_id == user.id, Role.namespace_id == ns.id))
-    if result.rowcount:
+    if rowcount(result):
         audit.append(
             session, "role.removed", actor=principal.name, namespace=namespace, old={"user": user.name}
         )

@@ -4,7 +4,7 @@ Order of checks (docs/protocol.md): the envelope parses; its payload hashes to t
 digest in the URL; a signature verifies with a non-revoked key registered for the
 namespace; the manifest parses and its Merkle root matches its chunk list; the
 namespace holds every object the manifest references. Only then are the envelope,
-its search fields, its block keys (the route index, ``services.route``) and an audit
+its search fields, its block keys (the route index, ``services.router``) and an audit
 entry written, in one transaction.
 
 Deleting one (by a namespace admin, or by retention during GC) is refused under a
@@ -38,8 +38,9 @@ from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.db.models import EnvelopeBlock, EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
-from kvreg_registry.services import holds, search
+from kvreg_registry.services import holds
 from kvreg_registry.services import objects as object_service
+from kvreg_registry.services.search_text import search_fields
 
 
 @dataclass(frozen=True)
@@ -95,38 +96,6 @@ def check_envelope(digest: Digest, body: bytes, keys: list[SigningKey], namespac
     return CheckedEnvelope(digest, body, envelope, manifest, signer)
 
 
-def _search_fields(manifest: Manifest, *, text: str = "", prompt: str = "") -> dict[str, object]:
-    """The columns search filters on. ``search_text`` holds the words of the annotations, the
-    verifier, the model name, the prompt and the verified solution text (``text`` and
-    ``prompt``: the decoded text objects, see ``search.artifact_texts``), normalized by
-    ``search.searchable_text`` for the full-text index."""
-    a = manifest.annotations
-    parts: list[str] = []
-    for key in ("title", "question", "answer"):
-        v = a.get(key)
-        if isinstance(v, str):
-            parts.append(v)
-    tags = a.get("tags")
-    if isinstance(tags, list):
-        parts.extend(t for t in tags if isinstance(t, str))
-    for key, v in sorted(a.items()):
-        if key not in {"title", "question", "answer", "tags"} and isinstance(v, str):
-            parts.append(v)
-    v = manifest.verification
-    if v is not None:
-        parts.append(v.verifier)
-    parts.append(manifest.model.name or "")
-    parts.append(prompt)
-    parts.append(text)
-    return {
-        "title": a.get("title") if isinstance(a.get("title"), str) else "",
-        "question": a.get("question") if isinstance(a.get("question"), str) else "",
-        "search_text": search.searchable_text(parts),
-        "verifier": v.verifier[:200] if v else None,
-        "verdict": v.verdict if v else None,
-    }
-
-
 def store(
     session: Session,
     principal: Principal,
@@ -139,7 +108,7 @@ def store(
     """Record a checked envelope whose manifest object is already held by ``ns``.
 
     ``text`` and ``prompt`` are the artifact's solution and prompt text (read from storage
-    by the caller, outside the transaction: ``search.artifact_texts``), for search.
+    by the caller, outside the transaction: ``search_text.artifact_texts``), for search.
 
     Returns the row and the sequence number of its audit entry (None: it was stored
     already). Raises ``ObjectsMissingError`` when the namespace lacks some referenced object.
@@ -164,7 +133,7 @@ def store(
             )
             or 0
         )
-    fields = _search_fields(manifest, text=text, prompt=prompt)
+    fields = search_fields(manifest, text=text, prompt=prompt)
     row = EnvelopeRow(
         namespace_id=ns.id,
         manifest_digest=checked.digest,
@@ -217,7 +186,7 @@ def store(
     return row, seq
 
 
-def get(session: Session, ns: Namespace, digest: Digest) -> EnvelopeRow:
+def get(session: Session, ns: Namespace, digest: str) -> EnvelopeRow:
     row = session.get(EnvelopeRow, (ns.id, digest))
     if row is None:
         raise EnvelopeNotFoundError(f"namespace {ns.name!r} has no envelope {digest}")

@@ -44,7 +44,7 @@ from kvreg.core.digest import Digest
 from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
-from kvreg_registry.db.engine import Database
+from kvreg_registry.db.engine import Database, rowcount
 from kvreg_registry.db.models import Envelope, EnvelopeObject, NamespaceObject, StoredObject, utcnow
 from kvreg_registry.services import holds, retention
 from kvreg_registry.services import objects as object_service
@@ -150,7 +150,7 @@ def collect_garbage(
             result = s.execute(
                 delete(NamespaceObject).where(stale_links).execution_options(synchronize_session=False)
             )
-            report.links_removed = result.rowcount or 0
+            report.links_removed = rowcount(result)
 
     crash_point("registry.gc.after_mark")
     with db.read() as s:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import or_, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from kvreg.core.digest import Digest
@@ -168,7 +168,7 @@ def list_holds(session: Session, ns: Namespace, *, active_only: bool = False) ->
 # --- what holds protect --------------------------------------------------------------------
 
 
-def _active(ns_id: int):  # type: ignore[no-untyped-def]
+def _active(ns_id: int) -> Select[int]:
     return select(LegalHold.id).where(LegalHold.namespace_id == ns_id, LegalHold.lifted_at.is_(None))
 
 
@@ -198,7 +198,7 @@ def held_digests(session: Session, ns: Namespace) -> tuple[bool, set[str]]:
     return whole, {d for ref, d in rows if ref is not None and d is not None}
 
 
-def held_namespace_ids():  # type: ignore[no-untyped-def]
+def held_namespace_ids() -> Select[int]:
     """A subquery: the ids of namespaces under an active namespace hold (GC keeps all they hold)."""
     return select(LegalHold.namespace_id).where(LegalHold.ref_name.is_(None), LegalHold.lifted_at.is_(None))
 

@@ -30,8 +30,10 @@ from __future__ import annotations
 import base64
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError as DbIntegrityError
@@ -48,6 +50,8 @@ from kvreg_registry.db.engine import Database
 from kvreg_registry.db.models import AuditEntry, LogCheckpoint, LogHead
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 MAX_ENTRIES_PER_PAGE = 1000
 
@@ -94,7 +98,7 @@ class AuditLog:
         return int(session.execute(select(LogHead.size).where(LogHead.id == 1)).scalar_one())
 
     @staticmethod
-    def _run(session: Session, compute):  # type: ignore[no-untyped-def]
+    def _run(session: Session, compute: Callable[[logtree.NodeReader], T]) -> T:
         nodes = read_nodes(session, logtree.plan(compute))
 
         def node(level: int, idx: int) -> bytes:

@@ -19,18 +19,19 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import Select, delete, exists, select, update
 from sqlalchemy.orm import Session
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import (
+    BodyTooLargeError,
     DigestMismatchError,
     ObjectNotFoundError,
     RequestInvalidError,
     UnavailableError,
     UploadNotFoundError,
 )
-from kvreg_registry.db.engine import insert_ignore
+from kvreg_registry.db.engine import insert_ignore, rowcount
 from kvreg_registry.db.models import (
     Namespace,
     NamespaceObject,
@@ -45,8 +46,6 @@ BATCH = 500
 
 def parse_digests(values: object, *, limit: int) -> list[Digest]:
     """A JSON list of digest strings, validated and deduplicated in order."""
-    from kvreg.core.errors import BodyTooLargeError
-
     if not isinstance(values, list):
         raise RequestInvalidError("'digests' must be an array of digest strings")
     if len(values) > limit:
@@ -208,10 +207,10 @@ def expire_sessions(session: Session) -> int:
         .where(UploadSession.closed_at.is_(None), UploadSession.expires_at <= now)
         .values(closed_at=now)
     )
-    return result.rowcount or 0
+    return rowcount(result)
 
 
-def in_open_sessions_clause():  # type: ignore[no-untyped-def]
+def in_open_sessions_clause() -> Select[str]:
     """A subquery of the digests listed in open, unexpired upload sessions."""
     return (
         select(UploadDigest.digest)

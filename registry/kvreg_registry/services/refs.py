@@ -28,7 +28,7 @@ from kvreg.core.names import validate_name
 from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
-from kvreg_registry.db.engine import add_in_savepoint
+from kvreg_registry.db.engine import add_in_savepoint, rowcount
 from kvreg_registry.db.models import Envelope, Namespace, Ref, utcnow
 from kvreg_registry.services import holds
 
@@ -136,7 +136,7 @@ def put(
         .values(manifest_digest=digest, updated_at=now, updated_by=principal.name)
         .execution_options(synchronize_session=False)
     )
-    if result.rowcount != 1:
+    if rowcount(result) != 1:
         raise RefConflictError(f"{ns.name}/{name} moved concurrently", current=None)
     crash_point("registry.ref.before_log")
     seq = audit.append(

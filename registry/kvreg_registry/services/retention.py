@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from sqlalchemy import and_, exists, func, or_, select
+from sqlalchemy import ColumnElement, Exists, and_, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from kvreg.core.errors import InUseError, RequestInvalidError
@@ -111,11 +111,11 @@ class RetentionReport:
     held_digests: list[str] = field(default_factory=list)
 
 
-def _referenced(ns_id: int):  # type: ignore[no-untyped-def]
+def _referenced(ns_id: int) -> Exists:
     return exists().where(Ref.namespace_id == ns_id, Ref.manifest_digest == Envelope.manifest_digest)
 
 
-def _expired_clause(ns_id: int, policy: RetentionPolicy, now: dt.datetime):  # type: ignore[no-untyped-def]
+def _expired_clause(ns_id: int, policy: RetentionPolicy, now: dt.datetime) -> ColumnElement[bool]:
     """Envelopes of ``ns_id`` that no rule of ``policy`` keeps."""
     conds = []
     if policy.keep_days is not None:
@@ -226,7 +226,7 @@ def _delete_one(
             report.held += 1
             report.held_digests.append(digest)
             return False
-        row = envelope_service.get(s, ns, digest)  # type: ignore[arg-type]
+        row = envelope_service.get(s, ns, digest)
         try:
             envelope_service.remove(
                 s, principal.name, ns, row, {"reason": "retention", "policy": policy_doc(policy)}

@@ -1,15 +1,10 @@
 """Listing and searching the envelopes a caller may read: full-text matching, filters and
-pagination, all in SQL; the values of the filters (facets); and rebuilding the search text.
+pagination, all in SQL; and the values of the filters (facets).
 
-**The searchable text.** Each envelope row keeps ``search_text``: the words of its
-title, question, other annotations, verifier, model name, prompt text and verified
-solution text (the manifest's ``prompt`` and ``text`` objects, UTF-8, at most
-``MAX_TEXT_BYTES`` of each read from storage). :func:`searchable_text` makes it:
-NFKC, case-folded, split into words (letters and digits, with their combining
-marks; anything else separates words), each word at most ``MAX_WORD_CHARS``,
-each distinct word once, space-separated, at most ``MAX_SEARCH_BYTES`` in all.
-The query side splits the user's text with the same function (:func:`words`),
-so that both backends' tokenizers only ever see plain words split by spaces.
+**The searchable text** of each envelope row (``search_text``) is made by
+``services.search_text``; a query is split into words with the same function
+(``search_text.words``), so that both backends' tokenizers only ever see plain words
+split by spaces. ``services.search_index`` rewrites the fields of every envelope.
 
 **The index.** Migration ``0004`` made it:
 
@@ -31,18 +26,15 @@ paginated with LIMIT/OFFSET; the total is a ``count(*)`` with the same filters.
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import itertools
 import logging
-import re
-import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Select,
     and_,
     bindparam,
     exists,
@@ -52,16 +44,13 @@ from sqlalchemy import (
     or_,
     select,
     text,
-    tuple_,
 )
 from sqlalchemy.orm import Session
 
-from kvreg.core.digest import Digest
-from kvreg.core.errors import ObjectNotFoundError, RequestInvalidError
-from kvreg.core.manifest import Manifest
+from kvreg.core.errors import RequestInvalidError
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope, Namespace, Ref, Role
-from kvreg_registry.storage.base import ObjectStorage
+from kvreg_registry.services.search_text import words
 
 log = logging.getLogger(__name__)
 
@@ -70,125 +59,17 @@ MAX_LIMIT = 200
 MAX_FACETS = 200
 #: Words of a query beyond this many are ignored.
 MAX_QUERY_WORDS = 20
-#: Longer words are cut to this many characters (when indexed and when searched alike).
-MAX_WORD_CHARS = 64
-#: At most this many bytes of the solution text (and of the prompt) are read and indexed.
-MAX_TEXT_BYTES = 1 << 20
-#: The searchable text of one envelope is cut to this many UTF-8 bytes of distinct words
-#: (PostgreSQL refuses a tsvector whose lexemes exceed 1 MiB in all).
-MAX_SEARCH_BYTES = 512 * 1024
 
 FTS_TABLE = "envelopes_fts"  # SQLite (migration 0004)
 PG_INDEX = "ix_envelopes_fulltext"  # PostgreSQL (migration 0004)
 
 
-# --- words ---------------------------------------------------------------------------------------
-
-
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
-
-
-def _class(code_points: list[int]) -> str:
-    """A regex character class body for ``code_points`` (sorted), as ranges."""
-    out: list[str] = []
-    i = 0
-    while i < len(code_points):
-        j = i
-        while j + 1 < len(code_points) and code_points[j + 1] == code_points[j] + 1:
-            j += 1
-        out.append(f"{re.escape(chr(code_points[i]))}-{re.escape(chr(code_points[j]))}")
-        i = j + 1
-    return "".join(out)
-
-
-@functools.cache
-def _unicode_words() -> tuple[dict[int, str], re.Pattern[str]]:
-    """What splits non-ASCII text into words: a table that blanks the "other" numbers
-    (category ``No``: circled digits, fractions, superscripts left by NFKC), which
-    PostgreSQL's parser does not take as word characters, and a pattern for a word: a
-    letter or digit (``\\w`` without ``_``: categories L, Nd, Nl once ``No`` is blanked)
-    followed by letters, digits and combining marks (M, which scripts such as Devanagari
-    have inside words). Built once from ``unicodedata``; the planes scanned hold every
-    mark and ``No`` character (planes 4 to 13 are unassigned, 15 and 16 private use)."""
-    marks: list[int] = []
-    others: list[int] = []
-    for cp in itertools.chain(range(0x40000), range(0xE0000, 0xF0000)):
-        category = unicodedata.category(chr(cp))
-        if category[0] == "M":
-            marks.append(cp)
-        elif category == "No":
-            others.append(cp)
-    # Marks of the first plane and the others apart: a regex class is a fast bitmap only
-    # within the first plane.
-    bmp = _class([cp for cp in marks if cp < 0x10000])
-    beyond = _class([cp for cp in marks if cp >= 0x10000])
-    pattern = re.compile(rf"[^\W_](?:[^\W_]|[{bmp}]|[{beyond}])*")
-    return dict.fromkeys(others, " "), pattern
-
-
-def _fold(value: str) -> str:
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold())
-
-
-def words(value: str) -> list[str]:
-    """The searchable words of ``value`` in order (repeats kept), each cut to ``MAX_WORD_CHARS``."""
-    folded = _fold(value)
-    if folded.isascii():
-        found = _ASCII_WORD.findall(folded)
-    else:
-        blank_others, pattern = _unicode_words()
-        found = pattern.findall(folded.translate(blank_others))
-    return [w[:MAX_WORD_CHARS] for w in found]
-
-
-def searchable_text(parts: Iterable[str]) -> str:
-    """The ``search_text`` of an envelope: the distinct words of ``parts`` in order of first
-    appearance, space-separated, at most ``MAX_SEARCH_BYTES`` UTF-8 bytes."""
-    seen: dict[str, None] = {}
-    budget = MAX_SEARCH_BYTES
-    for part in parts:
-        for w in words(part):
-            if w in seen:
-                continue
-            cost = len(w.encode("utf-8")) + 1
-            if cost > budget:
-                return " ".join(seen)
-            budget -= cost
-            seen[w] = None
-    return " ".join(seen)
+# --- query words ---------------------------------------------------------------------------------
 
 
 def query_words(value: str | None) -> list[str]:
     """The distinct words of a query, at most ``MAX_QUERY_WORDS``."""
     return list(dict.fromkeys(words(value or "")))[:MAX_QUERY_WORDS]
-
-
-def artifact_texts(storage: ObjectStorage, manifest: Manifest) -> tuple[str, str]:
-    """The solution text and the prompt text of an artifact (``""`` if none), read from
-    storage, at most ``MAX_TEXT_BYTES`` each, decoded as UTF-8 (invalid bytes replaced).
-
-    An object missing from storage gives ``""`` and a warning: the envelope stays
-    searchable by its annotations, and ``kvreg-admin search reindex`` fills it in later."""
-    text_value, prompt_value, _complete = _read_texts(storage, manifest)
-    return text_value, prompt_value
-
-
-def _read_texts(storage: ObjectStorage, manifest: Manifest) -> tuple[str, str, bool]:
-    complete = True
-
-    def read(digest: Digest) -> str:
-        nonlocal complete
-        try:
-            data = b"".join(storage.read_range(digest, 0, MAX_TEXT_BYTES))
-        except ObjectNotFoundError:
-            log.warning("search: object %s of manifest %s is not in storage", digest, manifest.digest)
-            complete = False
-            return ""
-        return data.decode("utf-8", errors="replace")
-
-    text_value = read(manifest.text.digest)
-    prompt_value = read(manifest.prompt.digest) if manifest.prompt is not None else ""
-    return text_value, prompt_value, complete
 
 
 # --- queries ---------------------------------------------------------------------------------------
@@ -260,7 +141,7 @@ def _text_match(dialect: str, terms: list[str], *, steer: bool = False) -> Colum
         )
     if dialect == "sqlite":
         match = " AND ".join(f'"{w}"*' for w in terms)
-        hits = (
+        hits: Select[Any] = (
             select(literal_column("rowid"))
             .select_from(text(FTS_TABLE))
             .where(text("envelopes_fts MATCH :fts_query").bindparams(fts_query=match))
@@ -348,7 +229,7 @@ def search(
     total_stmt = select(func.count()).select_from(Envelope).where(*_conditions(q, principal, dialect))
     page_stmt = select(Envelope, Namespace.name).join(Namespace, Namespace.id == Envelope.namespace_id)
     if dialect == "sqlite":
-        keys = (
+        keys: Select[Any] = (
             select(literal_column("envelopes.rowid"))
             .select_from(Envelope)
             .where(*_conditions(q, principal, dialect, steer=True))
@@ -410,67 +291,3 @@ def facets(session: Session, principal: Principal) -> Facets:
 
 
 # --- rebuilding ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReindexReport:
-    envelopes: int  # envelopes looked at
-    changed: int  # whose search fields were rewritten
-    missing_text: int  # whose text or prompt object was not in storage
-    index_rebuilt: bool  # SQLite: the FTS table was rebuilt from the envelopes
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "envelopes": self.envelopes,
-            "changed": self.changed,
-            "missing_text": self.missing_text,
-            "index_rebuilt": self.index_rebuilt,
-        }
-
-
-def reindex(db: Any, storage: ObjectStorage, *, batch: int = 200) -> ReindexReport:
-    """Recompute the search fields of every envelope from its manifest and its text objects in
-    storage, ``batch`` envelopes per transaction (storage is read between transactions);
-    rows already right are not written, so a second run changes nothing. On SQLite the FTS
-    table is then rebuilt from ``envelopes`` (which also repairs it if rowids moved, e.g.
-    after a table rebuild). ``db`` is a ``kvreg_registry.db.engine.Database``."""
-    from kvreg.core.envelope import Envelope as DsseEnvelope
-    from kvreg_registry.services.envelopes import _search_fields
-
-    fields = ("title", "question", "search_text", "verifier", "verdict")
-    table = Envelope.__table__
-    update = (
-        table.update()
-        .where(table.c.namespace_id == bindparam("k_ns"), table.c.manifest_digest == bindparam("k_digest"))
-        .values({f: bindparam(f) for f in fields})
-    )
-    seen = changed = missing = 0
-    after: tuple[int, str] | None = None
-    while True:
-        with db.read() as s:
-            stmt = select(table.c.namespace_id, table.c.manifest_digest, table.c.envelope, *table.c[fields])
-            if after is not None:
-                stmt = stmt.where(tuple_(table.c.namespace_id, table.c.manifest_digest) > tuple_(*after))
-            rows = s.execute(stmt.order_by(table.c.namespace_id, table.c.manifest_digest).limit(batch)).all()
-        if not rows:
-            break
-        after = (rows[-1].namespace_id, rows[-1].manifest_digest)
-        updates: list[dict[str, object]] = []
-        for row in rows:
-            seen += 1
-            manifest = Manifest.from_bytes(DsseEnvelope.from_json_bytes(bytes(row.envelope)).payload)
-            text_value, prompt_value, complete = _read_texts(storage, manifest)
-            missing += not complete
-            new = _search_fields(manifest, text=text_value, prompt=prompt_value)
-            if any(getattr(row, f) != new[f] for f in fields):
-                updates.append({"k_ns": row.namespace_id, "k_digest": row.manifest_digest, **new})
-        if updates:
-            with db.write() as s:
-                s.execute(update, updates)
-            changed += len(updates)
-    rebuilt = False
-    if db.dialect == "sqlite":
-        with db.write() as s:
-            s.execute(text("INSERT INTO envelopes_fts(envelopes_fts) VALUES ('rebuild')"))
-        rebuilt = True
-    return ReindexReport(envelopes=seen, changed=changed, missing_text=missing, index_rebuilt=rebuilt)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kvreg.core.errors import ConfigError
 from kvreg_registry.storage.base import READ_PIECE, ObjectStorage, PendingObject, StoredObject
 from kvreg_registry.storage.folder import FolderStorage
+from kvreg_registry.storage.s3_names import validate_bucket, validate_prefix
 
 if TYPE_CHECKING:
     from kvreg_registry.storage.s3 import S3Storage
@@ -80,7 +81,7 @@ def _folder(path: Path, options: dict[str, Any]) -> FolderStorage:
 
 
 def _s3(url: str, parsed: urllib.parse.SplitResult, options: dict[str, Any]) -> S3Storage:
-    from kvreg_registry.storage.s3 import S3Storage, validate_bucket, validate_prefix
+    from kvreg_registry.storage.s3 import S3Storage  # imported lazily: boto3 is heavy
 
     if parsed.username is not None or parsed.password is not None or parsed.port is not None:
         raise ConfigError(f"S3 URL {url!r} must be s3://bucket/prefix; pass credentials as options")

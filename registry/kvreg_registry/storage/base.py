@@ -101,7 +101,7 @@ class PendingObject(ABC):
 
     # --- the interface --------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         """Hash and store one piece of the object."""
         if self._state != "open":
             raise ValueError(f"cannot write to an upload that is {self._state}")
@@ -176,7 +176,7 @@ class PendingObject(ABC):
     # --- for backends -----------------------------------------------------------
 
     @abstractmethod
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         """Store a piece (already hashed and counted)."""
 
     @abstractmethod

@@ -59,7 +59,7 @@ class FolderPending(PendingObject):
         self._path = Path(name)
         self._file: BinaryIO | None = os.fdopen(fd, "wb")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         if self._file is None:  # pragma: no cover - the base class checks the state first
             raise ValueError("upload is closed")
         self._file.write(data)

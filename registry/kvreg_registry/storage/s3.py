@@ -31,7 +31,6 @@ This module does not create buckets.
 from __future__ import annotations
 
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from kvreg_registry.storage.base import (
     not_found,
     shard_parts,
 )
+from kvreg_registry.storage.s3_names import validate_bucket, validate_prefix
 
 log = logging.getLogger(__name__)
 
@@ -69,38 +69,9 @@ MAX_PARTS = 10_000
 #: The part size doubles every this many parts, so an upload never runs out of parts.
 _PARTS_PER_SIZE = 1_000
 
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 _PRECONDITION_CODES = frozenset({"412", "PreconditionFailed", "ConditionalRequestConflict"})
 _NO_UPLOAD_CODES = frozenset({"404", "NoSuchUpload"})
-
-
-def validate_bucket(bucket: str) -> str:
-    if not isinstance(bucket, str) or _BUCKET.fullmatch(bucket) is None or ".." in bucket:
-        raise ConfigError(
-            f"not a valid S3 bucket name: {bucket!r}",
-            hint="3-63 characters: lowercase letters, digits, '.' and '-'",
-        )
-    return bucket
-
-
-def validate_prefix(prefix: str) -> str:
-    """``a/b`` or ``a/b/`` → ``a/b/``; ``""`` stays empty. Refuses anything but plain segments."""
-    if not isinstance(prefix, str):
-        raise ConfigError(f"not a valid S3 key prefix: {prefix!r}")
-    stripped = prefix.removesuffix("/")
-    if not stripped:
-        if prefix:
-            raise ConfigError(f"not a valid S3 key prefix: {prefix!r}")
-        return ""
-    for segment in stripped.split("/"):
-        if _PREFIX_SEGMENT.fullmatch(segment) is None or segment.strip(".") == "":
-            raise ConfigError(
-                f"not a valid S3 key prefix: {prefix!r}",
-                hint="segments of letters, digits, '.', '_' and '-' separated by '/', no '..'",
-            )
-    return stripped + "/"
 
 
 def _code(exc: ClientError) -> str:
@@ -137,7 +108,7 @@ class S3Pending(PendingObject):
 
     # --- writing ----------------------------------------------------------------
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         self._buffer += data
         if self._upload_id is None and len(self._buffer) >= self._s.multipart_threshold:
             self._start_multipart()
@@ -197,12 +168,14 @@ class S3Pending(PendingObject):
             MultipartUpload={"Parts": self._parts},
         )
         self._completed = True
+        tmp_key = self._tmp_key
+        assert tmp_key is not None  # set by _start_multipart, with _upload_id
         try:
             if s.exists(digest):
                 return False
-            return s.copy_to(self._tmp_key, final, self.size)
+            return s.copy_to(tmp_key, final, self.size)
         finally:
-            s.delete_key_quietly(self._tmp_key)
+            s.delete_key_quietly(tmp_key)
 
     def _discard(self) -> None:
         self._buffer = bytearray()
@@ -373,7 +346,8 @@ class S3Storage(ObjectStorage):
 
     def _head(self, digest: Digest) -> dict[str, Any] | None:
         try:
-            return self.client.head_object(Bucket=self.bucket, Key=self.object_key(digest))
+            head: dict[str, Any] = self.client.head_object(Bucket=self.bucket, Key=self.object_key(digest))
+            return head
         except ClientError as exc:
             if _is_not_found(exc):
                 return None
@@ -447,11 +421,12 @@ class S3Storage(ObjectStorage):
         if expires_s < 1:
             raise ValueError(f"expires_s must be positive, not {expires_s}")
         try:
-            return self.client.generate_presigned_url(
+            url: str = self.client.generate_presigned_url(
                 "get_object",
                 Params={"Bucket": self.bucket, "Key": self.object_key(digest)},
                 ExpiresIn=expires_s,
             )
+            return url
         except (ClientError, BotoCoreError) as exc:
             self._unavailable("generate_presigned_url", exc)
 

@@ -10,14 +10,13 @@ everything that came from an artifact. See docs/web-ui.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import Scope
 
 from kvreg_registry.web import (
+    errors,
     pages_admin,
     pages_artifact,
     pages_audit,
@@ -35,9 +34,9 @@ class _StaticFiles(StaticFiles):
     """``StaticFiles`` whose answers say ``nosniff`` (the pages' other headers are for HTML)."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
-        response: Any = await super().get_response(path, scope)
+        response = await super().get_response(path, scope)
         response.headers.update(STATIC_HEADERS)
-        return response  # type: ignore[no-any-return]
+        return response
 
 
 # Page modules, in the order their routes are matched.
@@ -46,8 +45,6 @@ PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages
 
 def install(app: FastAPI) -> None:
     """Add the pages and the static files to ``app``."""
-    from kvreg_registry.web import errors
-
     for module in PAGE_MODULES:
         app.include_router(module.router)
     app.mount("/static", _StaticFiles(directory=STATIC_DIR), name="static")

@@ -13,7 +13,9 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
+from kvreg.core.errors import ERROR_CODE_HEADER
 from kvreg_registry.api import errors as api_errors
+from kvreg_registry.auth import Principal
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, visitor
 
@@ -35,8 +37,6 @@ def _who(request: Request) -> Visitor:
         with request.app.state.registry.db.read() as s:
             return visitor(s, request)
     except Exception:
-        from kvreg_registry.auth import Principal
-
         return Visitor(principal=Principal(), csrf_token="")
 
 
@@ -60,7 +60,7 @@ def html_error(request: Request, status: int, body: dict[str, object]) -> Respon
         status=status,
         title=HEADINGS.get(status, "Error"),
     )
-    response.headers[api_errors.ERROR_CODE_HEADER] = str(body.get("code", "INTERNAL"))
+    response.headers[ERROR_CODE_HEADER] = str(body.get("code", "INTERNAL"))
     return response
 
 

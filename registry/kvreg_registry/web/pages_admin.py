@@ -6,7 +6,7 @@ the namespaces they administer (``#namespaces``), their own API tokens and, for 
 server admin, the users (``#tokens``), and per administered namespace its signing
 keys (``#keys``), retention policy (``#retention``), active legal holds
 (``#holds``) and members (``#roles``). What it reads is in
-``kvreg_registry.web.admin_view`` (a fixed number of queries).
+``kvreg_registry.web.views_admin`` (a fixed number of queries).
 
 Every form posts to a route here that checks the CSRF token (and the origin) first,
 then calls the same service function as the API with the visitor's principal in one
@@ -29,13 +29,14 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KeyFileError, RequestInvalidError, UnauthenticatedError
-from kvreg_registry.api.deps import RegistryState, state
+from kvreg_registry.api.deps import state
 from kvreg_registry.auth import ROLE_RANK, Principal
 from kvreg_registry.services import accounts, holds, retention
-from kvreg_registry.web.admin_view import admin_view
+from kvreg_registry.state import RegistryState
 from kvreg_registry.web.forms import read_form
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, check_csrf, visitor
+from kvreg_registry.web.views_admin import admin_view
 
 router = APIRouter()
 

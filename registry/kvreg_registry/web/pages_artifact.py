@@ -4,7 +4,7 @@ The page shows one signed artifact: its question and verified solution text, the
 verification and the signature checked again now, its fingerprints, chunks (and
 which other artifacts the visitor can read hold them), prefix relations checked
 with Merkle consistency proofs, graft receipts, refs, history, and the commands to
-pull it. The queries and view model are in ``kvreg_registry.web.artifacts``.
+pull it. The queries and view model are in ``kvreg_registry.web.views_artifact``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import artifacts
+from kvreg_registry.web import lookup, views_artifact
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import apply_cookies, visitor
 
@@ -32,13 +32,13 @@ def artifact_page(ns: str, digest: str, request: Request) -> HTMLResponse:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-        view = artifacts.artifact_view(s, who.principal, ns, digest)
-    artifacts.add_contents(st.storage, view)
+        view = views_artifact.artifact_view(s, who.principal, ns, digest)
+    views_artifact.add_contents(st.storage, view)
     return render(
         request,
         who,
         "artifact.html",
-        {"a": view, "base_url": base_url(request), "limits": artifacts},
+        {"a": view, "base_url": base_url(request), "limits": views_artifact},
         title=view.title,
     )
 
@@ -48,10 +48,12 @@ def ref_page(ns: str, ref: str, request: Request) -> RedirectResponse:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-        namespace = artifacts.readable_namespace(s, who.principal, ns)
-        digest = artifacts.ref_digest(s, namespace, ref)
+        namespace = lookup.readable_namespace(s, who.principal, ns)
+        digest = lookup.ref_digest(s, namespace, ref)
     response = RedirectResponse(
-        artifacts.artifact_url(quote(namespace.name), str(digest)), status_code=303, headers=SECURITY_HEADERS
+        lookup.artifact_url(quote(namespace.name), str(digest)),
+        status_code=303,
+        headers=SECURITY_HEADERS,
     )
     apply_cookies(response, who, request, st.settings)
     return response

@@ -5,7 +5,7 @@
 The checkpoint is shown to everyone (the API serves it without a token). Entries
 and the export follow the API's rule for ``GET /api/v1/log/entries``: a signed-in
 visitor (any valid token, whatever its roles), or anyone when the registry sets
-``KVREG_LOG_PUBLIC=1``. Queries and view models are in ``kvreg_registry.web.audit_view``.
+``KVREG_LOG_PUBLIC=1``. Queries and view models are in ``kvreg_registry.web.views_audit``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from kvreg.core.errors import NotFoundError, UnauthenticatedError
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import audit_view
+from kvreg_registry.web import audit_export, views_audit
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, apply_cookies, visitor
 
@@ -53,16 +53,16 @@ def _sign_in_needed(request: Request, who: Visitor, what: str) -> HTMLResponse:
 def audit_page(request: Request) -> HTMLResponse:
     st = state(request)
     query = dict(request.query_params)
-    filters, problems = audit_view.parse_filters(query)
+    filters, problems = views_audit.parse_filters(query)
     before, after = _cursor(query.get("before")), _cursor(query.get("after"))
     page = None
     with st.db.read() as s:
         who = visitor(s, request)
-        allowed = audit_view.may_read_entries(who.principal, st.settings)
+        allowed = views_audit.may_read_entries(who.principal, st.settings)
         if allowed and not problems:
-            page = audit_view.list_entries(s, filters, before=before, after=after)
-    checkpoint = audit_view.latest_checkpoint(st.log)
-    types = list(audit_view.KNOWN_TYPES)
+            page = views_audit.list_entries(s, filters, before=before, after=after)
+    checkpoint = views_audit.latest_checkpoint(st.log)
+    types = list(views_audit.KNOWN_TYPES)
     if filters.type and filters.type not in types:
         types.append(filters.type)
     return render(
@@ -89,15 +89,15 @@ def entry_page(seq: int, request: Request) -> HTMLResponse:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-        if not audit_view.may_read_entries(who.principal, st.settings):
+        if not views_audit.may_read_entries(who.principal, st.settings):
             return _sign_in_needed(request, who, "reading the audit log's entries")
         if not 0 <= seq <= MAX_SEQ:
             raise NotFoundError(f"the audit log has no entry {seq}")
-        detail = audit_view.entry_detail(s, st.log, seq)
+        detail = views_audit.entry_detail(s, st.log, seq)
     # The checkpoint after the entry was read: it includes it.
-    checkpoint = audit_view.latest_checkpoint(st.log)
+    checkpoint = views_audit.latest_checkpoint(st.log)
     with st.db.read() as s:
-        audit_view.prove_entry(s, st.log, detail, checkpoint.checkpoint if checkpoint.verified else None)
+        views_audit.prove_entry(s, st.log, detail, checkpoint.checkpoint if checkpoint.verified else None)
     return render(
         request,
         who,
@@ -112,9 +112,9 @@ def export_download(request: Request) -> Response:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-    if not audit_view.may_read_entries(who.principal, st.settings):
+    if not views_audit.may_read_entries(who.principal, st.settings):
         return _sign_in_needed(request, who, "exporting the audit log")
-    export = audit_view.export_stream(st.db, st.log, str(request.base_url).rstrip("/"))
+    export = audit_export.export_stream(st.db, st.log, str(request.base_url).rstrip("/"))
     headers = {
         **SECURITY_HEADERS,
         "Content-Disposition": f'attachment; filename="{export.filename}"',

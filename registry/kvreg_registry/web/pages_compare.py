@@ -3,7 +3,7 @@
 Shows how much of their KV cache two artifacts share (leading equal full blocks,
 with the Merkle consistency proof checked), the length of their common token
 prefix (from the tokens objects), and where their texts diverge. Both must be
-readable by the visitor (404 otherwise). See ``kvreg_registry.web.artifacts``.
+readable by the visitor (404 otherwise). See ``kvreg_registry.web.views_compare``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import artifacts
+from kvreg_registry.web import views_compare
 from kvreg_registry.web.render import render
 from kvreg_registry.web.session import visitor
 
@@ -25,13 +25,13 @@ def compare_page(request: Request, a: str = "", b: str = "") -> HTMLResponse:
     a, b = a.strip(), b.strip()
     with st.db.read() as s:
         who = visitor(s, request)
-        sides = artifacts.load_sides(s, who.principal, a, b) if a and b else None
-    result = artifacts.compare(st.storage, *sides) if sides is not None else None
+        sides = views_compare.load_sides(s, who.principal, a, b) if a and b else None
+    result = views_compare.compare(st.storage, *sides) if sides is not None else None
     title = f"Compare {result.a.title} and {result.b.title}" if result is not None else "Compare artifacts"
     return render(
         request,
         who,
         "compare.html",
-        {"a": a, "b": b, "c": result, "limits": artifacts},
+        {"a": a, "b": b, "c": result, "limits": views_compare},
         title=title,
     )

@@ -1,7 +1,7 @@
-"""The queries and view models of the artifact page and the compare page.
+"""The queries and view model of the artifact page (``web.pages_artifact``).
 
-Everything these pages show is read here, in a fixed number of SQL statements
-whatever the library's size (the page modules only parse the URL and render):
+Everything the page shows is read here, in a fixed number of SQL statements
+whatever the library's size (the page module only parses the URL and renders):
 
 - the envelope row, its refs, the namespace's signing keys (the signature is
   checked again now, with ``services.envelopes.check_envelope``: a key revoked since
@@ -19,15 +19,13 @@ whatever the library's size (the page modules only parse the URL and render):
   total) and the artifact's audit history in its namespace (``audit_subjects``
   joined with ``audit_entries``: the newest :data:`MAX_HISTORY`).
 
-Object bytes (the solution text, the prompt, the tokens) are read from storage
-after the database session is closed, capped (:data:`MAX_TEXT_BYTES`,
-:data:`MAX_TOKENS_BYTES`), and checked against their digest when read whole.
-Nothing here escapes HTML: the templates autoescape everything.
+The solution text and the prompt are read from storage after the database session
+is closed, capped at :data:`MAX_TEXT_BYTES` (``web.blobs``). Nothing here escapes
+HTML: the templates autoescape everything. The compare page is ``web.views_compare``.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +34,7 @@ from sqlalchemy import and_, not_, select
 from sqlalchemy.orm import Session, aliased
 
 from kvreg.core.digest import Digest
-from kvreg.core.envelope import Envelope
-from kvreg.core.errors import KvregError, RequestInvalidError
+from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
 from kvreg.core.manifest_prefix import prefix_consistency_proof, verify_prefix
 from kvreg_registry.auth import Principal
@@ -50,125 +47,18 @@ from kvreg_registry.db.models import (
     Ref,
 )
 from kvreg_registry.db.models import Envelope as EnvelopeRow
-from kvreg_registry.services import accounts, envelopes, receipts, refs
+from kvreg_registry.services import accounts, envelopes, receipts
 from kvreg_registry.services.search import visible_condition
 from kvreg_registry.storage.base import ObjectStorage
+from kvreg_registry.web.blobs import TextView, read_object, text_view
+from kvreg_registry.web.lookup import artifact_url, manifest_title, parse_manifest, readable_namespace
 
 MAX_TEXT_BYTES = 256 * 1024
-MAX_TOKENS_BYTES = 4 * 1024 * 1024
-MAX_COMPARE_TEXT_BYTES = 1024 * 1024
 MAX_SHARED_ROWS = 500
 MAX_CANDIDATES = 50
 MAX_RECEIPTS = 50
 MAX_HISTORY = 50
 MAX_RELATED = 50
-MAX_SPEC_CHARS = 300
-CONTEXT_BEFORE = 200
-CONTEXT_AFTER = 300
-
-
-# --- access -----------------------------------------------------------------------------------
-
-
-def readable_namespace(session: Session, principal: Principal, name: str) -> Namespace:
-    """The namespace if ``principal`` may read it, with the API's answers otherwise: a
-    private (or missing) namespace is 401 to an anonymous visitor (the page sends them
-    to sign in) and 404 to a signed-in user without a role in it."""
-    return accounts.readable_namespace(session, principal, name)
-
-
-def artifact_url(namespace: str, digest: str) -> str:
-    return f"/ns/{namespace}/artifacts/{digest}"
-
-
-def ref_digest(session: Session, ns: Namespace, name: str) -> Digest:
-    """The digest the ref ``ns/name`` points at (``RefNotFoundError`` otherwise)."""
-    return Digest(refs.get(session, ns, name).manifest_digest)
-
-
-def parse_manifest(row: EnvelopeRow) -> tuple[Envelope, Manifest]:
-    envelope = Envelope.from_json_bytes(bytes(row.envelope))
-    return envelope, Manifest.from_bytes(envelope.payload)
-
-
-def manifest_title(manifest: Manifest) -> str:
-    title = manifest.annotations.get("title")
-    return title.strip() if isinstance(title, str) else ""
-
-
-# --- object contents ----------------------------------------------------------------------------
-
-
-@dataclass
-class Blob:
-    """The first bytes of an object read from storage."""
-
-    digest: str
-    size: int  # as the manifest declares it
-    data: bytes = b""
-    cut: bool = False  # only the first ``cap`` bytes were read
-    missing: bool = False  # the storage does not have it
-    mismatch: bool = False  # read whole, the bytes do not hash to the digest
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.mismatch
-
-    def text(self) -> str:
-        """The bytes as UTF-8 (invalid sequences replaced; a character cut at the cap dropped)."""
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        return decoder.decode(self.data, final=not self.cut)
-
-
-def read_object(storage: ObjectStorage, digest: str, size: int, cap: int) -> Blob:
-    """At most ``cap`` bytes of the object ``digest``; checked against the digest when read whole."""
-    blob = Blob(digest=str(digest), size=size)
-    try:
-        blob.data = b"".join(storage.read_range(Digest(digest), 0, cap))
-    except KvregError:
-        blob.missing = True
-        return blob
-    blob.cut = size > cap and len(blob.data) >= cap
-    if not blob.cut and Digest.of_bytes(blob.data) != digest:
-        blob.mismatch = True
-        blob.data = b""
-    return blob
-
-
-@dataclass(frozen=True)
-class TextView:
-    """A text shown in a ``<pre>``: the text, how many bytes it has, and whether it was cut."""
-
-    text: str
-    size: int
-    cut: bool
-    cap: int
-    problem: str | None = None  # why it cannot be shown
-
-
-def text_view(blob: Blob, cap: int) -> TextView:
-    if blob.missing:
-        return TextView("", blob.size, False, cap, f"the object {blob.digest} is not in storage")
-    if blob.mismatch:
-        return TextView(
-            "", blob.size, False, cap, f"the stored bytes of {blob.digest} do not hash to it: not shown"
-        )
-    return TextView(blob.text(), blob.size, blob.cut, cap)
-
-
-def common_prefix_len(a: Any, b: Any) -> int:
-    """The length of the common prefix of two str/bytes (binary search over slice comparisons)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-# --- the artifact page --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -261,7 +151,7 @@ def shared_chunks(
     )
     visible = visible_condition(principal)
     if visible is not True:
-        stmt = stmt.where(visible)  # type: ignore[arg-type]
+        stmt = stmt.where(visible)
     stmt = stmt.order_by(mine.position, Namespace.name, EnvelopeRow.title, EnvelopeRow.manifest_digest)
     rows = session.execute(stmt.limit(MAX_SHARED_ROWS + 1)).all()
     capped = len(rows) > MAX_SHARED_ROWS
@@ -324,7 +214,7 @@ def prefix_relations(
     )
     visible = visible_condition(principal)
     if visible is not True:
-        stmt = stmt.where(visible)  # type: ignore[arg-type]
+        stmt = stmt.where(visible)
     stmt = stmt.order_by(EnvelopeRow.created_at.desc(), EnvelopeRow.manifest_digest)
     rows = session.execute(stmt.limit(MAX_CANDIDATES + 1)).all()
     out: list[Relation] = []
@@ -475,168 +365,3 @@ def add_contents(storage: ObjectStorage, view: ArtifactView) -> None:
     elif m.prompt is not None:
         blob = read_object(storage, m.prompt.digest, m.prompt.size, MAX_TEXT_BYTES)
         view.question = text_view(blob, MAX_TEXT_BYTES)
-
-
-# --- the compare page ---------------------------------------------------------------------------
-
-
-@dataclass
-class Side:
-    """One artifact of a comparison."""
-
-    namespace: str
-    digest: str
-    row: EnvelopeRow
-    manifest: Manifest
-    title: str
-    given: str  # what the visitor typed (ns/ref or ns/digest)
-    tokens: Blob | None = None
-    text: Blob | None = None
-
-    @property
-    def url(self) -> str:
-        return artifact_url(self.namespace, self.digest)
-
-    @property
-    def full_blocks(self) -> int:
-        return self.manifest.token_count // self.manifest.block_size
-
-
-def parse_spec(value: str, what: str) -> tuple[str, str]:
-    """``ns/ref`` or ``ns/sha256:…`` → (namespace, ref-or-digest)."""
-    text = value.strip()
-    ns, sep, rest = text.partition("/")
-    if not sep or not ns or not rest or len(text) > MAX_SPEC_CHARS:
-        raise RequestInvalidError(
-            f"{what} must be NAMESPACE/REF or NAMESPACE/sha256:DIGEST, not {value[:200]!r}",
-            hint="e.g. aime25/p07",
-        )
-    return ns, rest
-
-
-def load_side(session: Session, principal: Principal, value: str, what: str) -> Side:
-    ns_name, rest = parse_spec(value, what)
-    ns = readable_namespace(session, principal, ns_name)
-    digest = Digest(rest) if rest.startswith("sha256:") else ref_digest(session, ns, rest)
-    row = envelopes.get(session, ns, digest)
-    _, manifest = parse_manifest(row)
-    title = manifest_title(manifest) or f"{ns.name}/{rest if not rest.startswith('sha256:') else digest}"
-    return Side(ns.name, str(digest), row, manifest, title, value.strip())
-
-
-@dataclass(frozen=True)
-class Divergence:
-    identical: bool
-    at: int  # characters in common
-    before: str
-    after_a: str
-    after_b: str
-    partial: bool  # a text was cut at the cap: "identical" means identical as far as read
-
-
-@dataclass
-class Comparison:
-    a: Side
-    b: Side
-    same_model: bool
-    same_tokenizer: bool
-    same_config: bool
-    same_block_size: bool
-    shared_blocks: int
-    comparable_blocks: int  # min of the two full-block counts
-    proof_checked: bool | None  # None: no proof possible (fingerprints/block sizes differ)
-    proof_problem: str | None
-    shared_tokens: int
-    tokens_partial: bool
-    tokens_problem: str | None
-    divergence: Divergence | None
-    text_problem: str | None
-
-    @property
-    def kv_shareable(self) -> bool:
-        return self.same_model and self.same_tokenizer and self.same_config and self.same_block_size
-
-
-def load_sides(session: Session, principal: Principal, a: str, b: str) -> tuple[Side, Side]:
-    return load_side(session, principal, a, "a"), load_side(session, principal, b, "b")
-
-
-def compare(storage: ObjectStorage, a: Side, b: Side) -> Comparison:
-    """Compare two loaded artifacts: blocks, tokens (read from storage) and texts."""
-    ma, mb = a.manifest, b.manifest
-    same_model = ma.model.fingerprint == mb.model.fingerprint
-    same_tokenizer = ma.tokenizer.fingerprint == mb.tokenizer.fingerprint
-    same_config = ma.config.fingerprint == mb.config.fingerprint
-    same_block = ma.block_size == mb.block_size
-    comparable = min(a.full_blocks, b.full_blocks) if same_block else 0
-    shared = 0
-    while shared < comparable and ma.chunks[shared].digest == mb.chunks[shared].digest:
-        shared += 1
-    proof: bool | None = None
-    problem: str | None = None
-    if same_model and same_tokenizer and same_config and same_block:
-        short, long = (ma, mb) if ma.token_count <= mb.token_count else (mb, ma)
-        try:
-            verify_prefix(short, long, prefix_consistency_proof(short, long))
-            proof = True
-        except KvregError as exc:
-            proof, problem = False, exc.message
-
-    a.tokens = read_object(storage, ma.tokens.digest, 4 * ma.token_count, MAX_TOKENS_BYTES)
-    b.tokens = read_object(storage, mb.tokens.digest, 4 * mb.token_count, MAX_TOKENS_BYTES)
-    tokens_problem = next(
-        (f"the tokens of {s.title} cannot be read ({_why(s.tokens)})" for s in (a, b) if not s.tokens.ok),
-        None,
-    )
-    shared_tokens = 0
-    tokens_partial = False
-    if tokens_problem is None:
-        # Little-endian uint32 ids: equal ids are equal 4-byte groups, so the common byte
-        # prefix, floored to whole ids, is the common prefix of the id sequences.
-        da, db = a.tokens.data, b.tokens.data
-        da, db = da[: len(da) // 4 * 4], db[: len(db) // 4 * 4]
-        shared_tokens = common_prefix_len(da, db) // 4
-        # Both read up to the cap and equal that far: the common prefix may go on.
-        tokens_partial = (a.tokens.cut or b.tokens.cut) and shared_tokens * 4 == min(len(da), len(db))
-
-    a.text = read_object(storage, ma.text.digest, ma.text.size, MAX_COMPARE_TEXT_BYTES)
-    b.text = read_object(storage, mb.text.digest, mb.text.size, MAX_COMPARE_TEXT_BYTES)
-    text_problem = next(
-        (f"the text of {s.title} cannot be read ({_why(s.text)})" for s in (a, b) if not s.text.ok), None
-    )
-    divergence = None
-    if text_problem is None:
-        ta, tb = a.text.text(), b.text.text()
-        at = common_prefix_len(ta, tb)
-        partial = a.text.cut or b.text.cut
-        divergence = Divergence(
-            identical=ta == tb,
-            at=at,
-            before=ta[max(0, at - CONTEXT_BEFORE) : at],
-            after_a=ta[at : at + CONTEXT_AFTER],
-            after_b=tb[at : at + CONTEXT_AFTER],
-            partial=partial,
-        )
-    return Comparison(
-        a=a,
-        b=b,
-        same_model=same_model,
-        same_tokenizer=same_tokenizer,
-        same_config=same_config,
-        same_block_size=same_block,
-        shared_blocks=shared,
-        comparable_blocks=comparable,
-        proof_checked=proof,
-        proof_problem=problem,
-        shared_tokens=shared_tokens,
-        tokens_partial=tokens_partial,
-        tokens_problem=tokens_problem,
-        divergence=divergence,
-        text_problem=text_problem,
-    )
-
-
-def _why(blob: Blob | None) -> str:
-    if blob is None or blob.missing:
-        return "not in storage"
-    return "its bytes do not match its digest"

@@ -1,4 +1,4 @@
-"""The registry's router (``POST /api/v1/route``, ``kvreg_registry.services.route``) on SQLite
+"""The registry's router (``POST /api/v1/route``, ``kvreg_registry.services.router``) on SQLite
 and PostgreSQL.
 
 Every test runs on both backends, on a database made by the alembic migrations: a real
@@ -29,7 +29,7 @@ from kvreg.core.digest import Digest
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, alembic_config, upgrade
 from kvreg_registry.db.models import Envelope, EnvelopeBlock, LogHead
-from kvreg_registry.services import route
+from kvreg_registry.services import router
 from web.library import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Library, kv_chunks
 
 ADMIN = Principal(is_admin=True, name="test")
@@ -153,7 +153,7 @@ def test_longest_block_prefix_first(lib: Library) -> None:
     assert ask(lib, keys[1:2]) == []
     assert matched(ask(lib, keys[:1])) != []
     # The service gives the same answer as the endpoint.
-    query = route.parse_query(
+    query = router.parse_query(
         model_fingerprint=MODEL_FP,
         tokenizer_fingerprint=TOKENIZER_FP,
         config_fingerprint=CONFIG_FP,
@@ -161,7 +161,7 @@ def test_longest_block_prefix_first(lib: Library) -> None:
         block_keys=keys,
     )
     with lib.app_state.db.read() as s:
-        found = route.route(s, ADMIN, query)
+        found = router.route(s, ADMIN, query)
     assert [(c.manifest_digest, c.matched_blocks) for c in found] == matched(ask(lib, keys))
     # Another model's keys find only the other model's artifact.
     other_keys = keys_of(prompt, model_fp=OTHER_MODEL_FP)
@@ -251,7 +251,7 @@ def test_no_keys_lists_the_engines_artifacts(lib: Library) -> None:
     r = lib.client.post(
         "/api/v1/route", json=body([]), headers={"Authorization": f"Bearer {lib.admin_token}"}
     )
-    assert r.json()["limit"] == route.DEFAULT_LIMIT == 20
+    assert r.json()["limit"] == router.DEFAULT_LIMIT == 20
     assert len(r.json()["candidates"]) == 20
     assert len(ask(lib, [], limit=100)) == 22
 
@@ -300,13 +300,13 @@ def test_bad_input_is_refused_with_a_clear_error(lib: Library) -> None:
     refused(lib, body(keys, config_fingerprint="sha256:" + "A" * 64), 400, "DIGEST_INVALID")
     error = refused(lib, body([keys[0], keys[1], keys[0]]), 400, "REQUEST_INVALID")
     assert "block_keys[2] repeats" in error["message"]
-    many = [str(Digest.of_bytes(str(i).encode())) for i in range(route.MAX_KEYS + 1)]
+    many = [str(Digest.of_bytes(str(i).encode())) for i in range(router.MAX_KEYS + 1)]
     error = refused(lib, body(many), 400, "REQUEST_INVALID")
-    assert f"more than the limit of {route.MAX_KEYS}" in error["message"]
+    assert f"more than the limit of {router.MAX_KEYS}" in error["message"]
     assert (
         lib.client.post(
             "/api/v1/route",
-            json=body(many[: route.MAX_KEYS]),
+            json=body(many[: router.MAX_KEYS]),
             headers={"Authorization": f"Bearer {lib.admin_token}"},
         ).json()["candidates"]
         == []
@@ -337,7 +337,7 @@ def test_a_route_writes_no_audit_entry_and_runs_two_statements(lib: Library) -> 
     for i in range(3):
         publish(lib, ns, f"s{i}", prompt[: (i + 1) * BLOCK])
     db = lib.app_state.db
-    query = route.parse_query(
+    query = router.parse_query(
         model_fingerprint=MODEL_FP,
         tokenizer_fingerprint=TOKENIZER_FP,
         config_fingerprint=CONFIG_FP,
@@ -345,7 +345,7 @@ def test_a_route_writes_no_audit_entry_and_runs_two_statements(lib: Library) -> 
         block_keys=keys_of(prompt),
     )
 
-    def statements(principal: Principal, q: route.RouteQuery) -> int:
+    def statements(principal: Principal, q: router.RouterQuery) -> int:
         seen: list[str] = []
 
         def record(*args: Any) -> None:
@@ -354,7 +354,7 @@ def test_a_route_writes_no_audit_entry_and_runs_two_statements(lib: Library) -> 
         event.listen(db.engine, "before_cursor_execute", record)
         try:
             with db.read() as s:
-                route.route(s, principal, q)
+                router.route(s, principal, q)
         finally:
             event.remove(db.engine, "before_cursor_execute", record)
         return len([x for x in seen if not x.strip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK"))])

@@ -9,11 +9,8 @@
   (``AuditLog.inclusion``) verified against the *signed* root with a leaf hash
   computed from the stored bytes (never the stored leaf hash), the artifacts its
   subjects are, and other entries about the same subjects (``audit_subjects``).
-- :func:`export_stream`: the whole log at the latest checkpoint as the file
-  ``kvreg audit export`` writes (``kvreg.audit-export/v1``, written by
-  ``kvreg.core.auditexport_format``), read and proved a page of
-  :data:`EXPORT_PAGE` entries at a time: two queries per page (the entries, then
-  every stored tree node their proofs need), never the whole log in memory.
+
+The export of the whole log (``/audit/export``) is ``web.audit_export``.
 
 Who may read entries is the API's rule (``api/routes_log.py``): anyone when
 ``settings.log_public``, else any valid token (a signed-in visitor), whatever
@@ -27,30 +24,24 @@ import datetime as dt
 import json
 import logging
 import re
-from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kvreg.core import logtree, merkle
-from kvreg.core.auditexport_format import entry_line, export_filename, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, verify_signed_checkpoint
-from kvreg.core.errors import KvregError, MerkleProofError, NotFoundError
+from kvreg.core.errors import KvregError, NotFoundError
 from kvreg.core.merkle import leaf_hash, verify_inclusion
-from kvreg.core.timestamps import rfc3339
 from kvreg_registry.auth import Principal
-from kvreg_registry.db.engine import Database
-from kvreg_registry.db.models import AuditEntry, AuditSubject, Envelope, LogNode, Namespace
+from kvreg_registry.db.models import AuditEntry, AuditSubject, Envelope, Namespace
 from kvreg_registry.services.log import AuditLog
 from kvreg_registry.settings import Settings
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 50
-EXPORT_PAGE = 1000
 MAX_RELATED = 20
 MAX_FILTER_LEN = 64
 
@@ -259,7 +250,8 @@ def summarize(doc: dict[str, Any] | None) -> str:
     if doc is None:
         return "(the stored entry is not a JSON object)"
     parts: list[str] = []
-    details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+    raw_details = doc.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
     ref = details.get("ref")
     if isinstance(ref, str):
         parts.append(ref)
@@ -270,7 +262,8 @@ def summarize(doc: dict[str, Any] | None) -> str:
         parts.append(f"new {_value_text(new)}")
     elif old is not None:
         parts.append(f"was {_value_text(old)}")
-    subjects = doc.get("subjects") if isinstance(doc.get("subjects"), list) else []
+    raw_subjects = doc.get("subjects")
+    subjects: list[Any] = raw_subjects if isinstance(raw_subjects, list) else []
     shown = [s for s in subjects if isinstance(s, str) and s not in (old, new)]
     if shown:
         more = f" +{len(shown) - 3}" if len(shown) > 3 else ""
@@ -429,8 +422,8 @@ def entry_detail(session: Session, log_: AuditLog, seq: int) -> EntryDetail:
         raise NotFoundError(f"the audit log has no entry {seq}", hint="entries are numbered from 0")
     raw = bytes(row.entry)
     doc = parse_entry(raw)
-    subjects_raw = doc.get("subjects") if doc and isinstance(doc.get("subjects"), list) else []
-    subjects = [str(s) for s in subjects_raw]
+    subjects_raw = (doc or {}).get("subjects")
+    subjects = [str(s) for s in subjects_raw] if isinstance(subjects_raw, list) else []
     digests = [s for s in subjects if _DIGEST.fullmatch(s)]
     for v in (doc or {}).get("old"), (doc or {}).get("new"):
         if isinstance(v, str) and _DIGEST.fullmatch(v) and v not in digests:
@@ -502,110 +495,3 @@ def prove_entry(session: Session, log_: AuditLog, detail: EntryDetail, checkpoin
         if not detail.leaf_matches:
             reason += " (its stored bytes do not hash to the leaf hash stored with them: it was altered)"
         detail.proof_problem = reason
-
-
-# --- the export ----------------------------------------------------------------------------------
-
-
-def _read_nodes(session: Session, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-    """The stored tree nodes ``wanted``, in one query (an ``IN`` list per level: a page's
-    proofs need a few thousand nodes, more than one ``OR`` per node allows on SQLite)."""
-    if not wanted:
-        return {}
-    by_level: dict[int, list[int]] = defaultdict(list)
-    for level, idx in wanted:
-        by_level[level].append(idx)
-    cond = or_(
-        *(and_(LogNode.level == lv, LogNode.idx.in_(sorted(ixs))) for lv, ixs in sorted(by_level.items()))
-    )
-    rows = session.execute(select(LogNode.level, LogNode.idx, LogNode.hash).where(cond)).all()
-    return {(int(lv), int(ix)): bytes(h) for lv, ix, h in rows}
-
-
-def proofs_for_page(session: Session, start: int, end: int, size: int) -> list[list[bytes]]:
-    """The inclusion proofs of entries ``[start, end)`` in the tree of ``size`` entries, from the
-    stored perfect subtrees, with one query for the whole page."""
-    wanted: set[tuple[int, int]] = set()
-    for i in range(start, end):
-        wanted |= logtree.plan(
-            lambda node, i=i: merkle.inclusion_proof(i, size, logtree.stored_range_hash(node))
-        )
-    nodes = _read_nodes(session, wanted)
-
-    def node(level: int, idx: int) -> bytes:
-        try:
-            return nodes[(level, idx)]
-        except KeyError:
-            raise MerkleProofError(f"the audit log's tree lacks node ({level}, {idx})") from None
-
-    return [merkle.inclusion_proof(i, size, logtree.stored_range_hash(node)) for i in range(start, end)]
-
-
-class ExportAborted(RuntimeError):
-    """The log does not match its signed checkpoint: the download is cut off (the response has
-    started, so no error status can be sent; a cut-off file fails ``kvreg audit verify --file``)."""
-
-
-@dataclass
-class Export:
-    filename: str
-    checkpoint: Checkpoint
-    body: Iterator[bytes]
-
-
-def export_stream(db: Database, log_: AuditLog, base_url: str) -> Export:
-    """The whole log at its latest checkpoint as a ``kvreg.audit-export/v1`` file, streamed.
-
-    The checkpoint is signed (or reused) and verified, and the header's type counts read
-    (one ``GROUP BY`` query), before anything is sent: a log the registry refuses to sign
-    fails here with its error. Then each page of :data:`EXPORT_PAGE` entries costs two
-    queries in a short read transaction of its own. An entry whose stored bytes are not
-    in the signed tree stops the download (:class:`ExportAborted`, logged): the file would
-    not pass ``kvreg audit verify --file``, and a cut-off download shows as failed."""
-    note = log_.checkpoint()
-    checkpoint = verify_signed_checkpoint(note, log_.verifier)
-    n = checkpoint.size
-    with db.read() as s:
-        types = {
-            str(t): int(c)
-            for t, c in s.execute(
-                select(AuditEntry.type, func.count()).where(AuditEntry.seq < n).group_by(AuditEntry.type)
-            ).all()
-        }
-    header = export_header(
-        remote=checkpoint.origin,
-        url=base_url,
-        checkpoint=checkpoint,
-        note=note,
-        verifier=log_.verifier,
-        types=types,
-        exported_at=rfc3339(),
-    )
-
-    def body() -> Iterator[bytes]:
-        yield header_line(header)
-        start = 0
-        while start < n:
-            end = min(n, start + EXPORT_PAGE)
-            with db.read() as s:
-                rows = log_.entries(s, start, end)
-                if [seq for seq, _e, _l in rows] != list(range(start, end)):
-                    message = (
-                        f"the audit log lacks entries in [{start}, {end}) of its signed checkpoint of {n}"
-                    )
-                    log.error("audit export stopped: %s", message)
-                    raise ExportAborted(message)
-                try:
-                    proofs = proofs_for_page(s, start, end, n)
-                except MerkleProofError as e:
-                    log.error("audit export stopped: %s", e.message)
-                    raise ExportAborted(e.message) from e
-            try:
-                for (seq, entry, _leaf), proof in zip(rows, proofs, strict=True):
-                    yield entry_line(seq, entry, proof, checkpoint)
-            except MerkleProofError as e:
-                log.error("audit export stopped: %s", e.message)
-                raise ExportAborted(e.message) from e
-            start = end
-
-    return Export(export_filename(checkpoint.origin, n), checkpoint, body())

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, bindparam, case, func, literal, or_, select
+from sqlalchemy import BindParameter, String, and_, bindparam, case, func, literal, or_, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -66,7 +66,7 @@ PASS = "pass"
 
 
 @dataclass(frozen=True)
-class RouteQuery:
+class RouterQuery:
     """A validated route request (:func:`parse_query` makes one from the request's values)."""
 
     model_fingerprint: Digest
@@ -110,7 +110,9 @@ class Candidate:
 
 def _digest(value: object, what: str) -> Digest:
     try:
-        return Digest(value)  # type: ignore[arg-type]
+        if not isinstance(value, str):
+            raise InvalidDigestError("not a string")  # answered below, like any invalid digest
+        return Digest(value)
     except KvregError:
         raise InvalidDigestError(
             f"{what} is not a valid digest: {str(value)[:80]!r}",
@@ -127,7 +129,7 @@ def parse_query(
     block_keys: Sequence[object],
     namespaces: Sequence[object] | None = None,
     limit: object = DEFAULT_LIMIT,
-) -> RouteQuery:
+) -> RouterQuery:
     """Check every value of a route request; raise ``InvalidDigestError`` (``DIGEST_INVALID``)
     naming the first bad digest, ``InvalidNameError`` for a bad namespace name, or
     ``RequestInvalidError`` for counts and sizes out of range or a repeated key."""
@@ -162,7 +164,7 @@ def parse_query(
                 f"{len(namespaces)} namespaces in one request, more than the limit of {MAX_NAMESPACES}"
             )
         names = tuple(dict.fromkeys(validate_namespace(str(n)) for n in namespaces))
-    return RouteQuery(
+    return RouterQuery(
         model_fingerprint=_digest(model_fingerprint, "model_fingerprint"),
         tokenizer_fingerprint=_digest(tokenizer_fingerprint, "tokenizer_fingerprint"),
         config_fingerprint=_digest(config_fingerprint, "config_fingerprint"),
@@ -197,13 +199,13 @@ def _wanted(dialect: str, keys: tuple[Digest, ...]) -> tuple[Any, Any, Any]:
         table = table.render_derived()  # AS wanted(key, ordinality)
         return table.c.key, table.c.ordinality - 1, table
     if dialect == "sqlite":
-        keys_json = bindparam("route_keys", json.dumps(values))
+        keys_json: BindParameter[str] = bindparam("route_keys", json.dumps(values))
         table = func.json_each(keys_json).table_valued("key", "value", name="wanted")
         return table.c.value, table.c.key, table
     raise NotImplementedError(f"routing on {dialect!r}")
 
 
-def route(session: Session, principal: Principal, q: RouteQuery) -> list[Candidate]:
+def route(session: Session, principal: Principal, q: RouterQuery) -> list[Candidate]:
     """The candidates for ``q`` that ``principal`` may read, best first (see the module docstring)."""
     if q.namespaces is not None and not q.namespaces:
         return []

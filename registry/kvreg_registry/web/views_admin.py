@@ -17,12 +17,15 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any, TypeVarTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import ApiToken, LegalHold, Namespace, RetentionPolicy, Role, SigningKey, User
+
+Ts = TypeVarTuple("Ts")
 
 NAMESPACES_PER_PAGE = 25
 KEYS_SHOWN = 50  # per namespace, newest first
@@ -107,7 +110,7 @@ class AdminView:
     user_total: int = 0
 
 
-def _administered(principal: Principal):  # type: ignore[no-untyped-def]
+def _administered(principal: Principal) -> Select[int, str, bool, str, dt.datetime]:
     """A SELECT of the namespaces ``principal`` administers (all of them for a server admin)."""
     stmt = select(Namespace.id, Namespace.name, Namespace.public, Namespace.description, Namespace.created_at)
     if principal.is_admin:
@@ -133,7 +136,7 @@ def administered_namespaces(
     return [NamespaceRow(*r) for r in rows], total, page, pages
 
 
-def _capped(stmt, partition, order, cap: int):  # type: ignore[no-untyped-def]
+def _capped(stmt: Select[*Ts], partition: Any, order: Any, cap: int) -> Select[*Ts]:
     """``stmt`` limited to the first ``cap`` rows of each ``partition`` in ``order`` (in SQL)."""
     numbered = stmt.add_columns(func.row_number().over(partition_by=partition, order_by=order).label("rn"))
     sub = numbered.subquery()
@@ -157,8 +160,8 @@ def keys_of(session: Session, ns_ids: list[int]) -> dict[int, list[KeyRow]]:
         SigningKey.id.desc(),
         KEYS_SHOWN,
     )
-    for ns_id, *rest in session.execute(stmt).all():
-        out[ns_id].append(KeyRow(*rest))
+    for ns_id, keyid, public_key, created_at, revoked_at in session.execute(stmt).all():
+        out[ns_id].append(KeyRow(keyid, public_key, created_at, revoked_at))
     for rows in out.values():
         rows.sort(key=lambda k: (k.revoked_at is not None, k.created_at), reverse=False)
     return out
@@ -182,8 +185,8 @@ def active_holds_of(session: Session, ns_ids: list[int]) -> dict[int, list[HoldR
         LegalHold.id.desc(),
         HOLDS_SHOWN,
     )
-    for ns_id, *rest in session.execute(stmt).all():
-        out[ns_id].append(HoldRow(*rest))
+    for ns_id, hold_id, ref, digest, reason, created_by, created_at in session.execute(stmt).all():
+        out[ns_id].append(HoldRow(hold_id, ref, digest, reason, created_by, created_at))
     for rows in out.values():
         rows.sort(key=lambda h: h.id)
     return out
@@ -201,7 +204,10 @@ def policies_of(session: Session, ns_ids: list[int]) -> dict[int, PolicyRow]:
             RetentionPolicy.updated_by,
         ).where(RetentionPolicy.namespace_id.in_(ns_ids))
     ).all()
-    return {ns_id: PolicyRow(*rest) for ns_id, *rest in rows}
+    return {
+        ns_id: PolicyRow(keep_versions, keep_days, updated_at, updated_by)
+        for ns_id, keep_versions, keep_days, updated_at, updated_by in rows
+    }
 
 
 def members_of(session: Session, ns_ids: list[int]) -> dict[int, list[MemberRow]]:
@@ -216,8 +222,8 @@ def members_of(session: Session, ns_ids: list[int]) -> dict[int, list[MemberRow]
         User.name,
         MEMBERS_SHOWN,
     )
-    for ns_id, *rest in session.execute(stmt).all():
-        out[ns_id].append(MemberRow(*rest))
+    for ns_id, user, role in session.execute(stmt).all():
+        out[ns_id].append(MemberRow(user, role))
     for rows in out.values():
         rows.sort(key=lambda m: m.user)
     return out
