@@ -218,7 +218,7 @@ class CrashRig:
         """A client home with ``origin`` and ``token``, trusting the depositor for ``ns``; with
         ``store`` a copy of the depositor's store (to push from)."""
         from kvreg.core.keys import PublicKey
-        from kvreg.remote.config import Credentials, RemoteConfig
+        from kvreg.remote.remotes import Credentials, RemoteConfig
         from kvreg.store.home import Home
 
         self._homes += 1

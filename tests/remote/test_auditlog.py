@@ -39,8 +39,8 @@ from kvreg.remote.auditlog import (
     ref_claim,
     verify_advance,
 )
-from kvreg.remote.config import RemoteConfig
 from kvreg.remote.http import LogProof, RegistryClient
+from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.home import Home
 
 URL = "http://registry.test"

@@ -8,10 +8,10 @@ import stat
 import pytest
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
-from kvreg.remote.config import (
+from kvreg.remote.http import connect
+from kvreg.remote.remotes import (
     Credentials,
     RemoteConfig,
-    connect,
     normalize_url,
     validate_remote_name,
     validate_token,

@@ -22,7 +22,7 @@ from kvreg.core.errors import EXIT_INTEGRITY, CheckpointStaleError, LogInconsist
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes
 from kvreg.remote import auditlog
 from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, _right_sibling_ranges, ref_claim
-from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, parse_age
+from kvreg.remote.remotes import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, parse_age
 from kvreg.store.home import Home
 
 from .test_auditlog import URL, FakeLog

@@ -40,7 +40,7 @@ from kvreg.remote.auditexport import (
     verify_remote_log,
 )
 from kvreg.remote.auditlog import RemoteLogStore, contact, parse_log_key
-from kvreg.remote.config import validate_remote_name
+from kvreg.remote.remotes import validate_remote_name
 
 
 def _types_table(console: Console, types: dict[str, int]) -> None:

@@ -64,7 +64,7 @@ so; (a) still holds.
 
 **Freeze.** The registry dates every checkpoint it signs (``timestamp`` extension
 line, signed afresh on each request). A checkpoint older than the remote's
-``max_checkpoint_age`` (``kvreg.remote.config``; 24 hours unless set, 0: off) is
+``max_checkpoint_age`` (``kvreg.remote.remotes``; 24 hours unless set, 0: off) is
 ``CheckpointStaleError`` (exit 3): a registry, or someone answering for it, that
 keeps serving an old state is caught once that age has passed. A checkpoint with
 no timestamp is accepted with a warning from a registry that never dated one, and
@@ -75,7 +75,7 @@ are accepted (clock skew) and never stored as anything but the note.
 ``kvreg.remote.auditexport``'s.
 
 This module does not print (``kvreg.cli.audit`` and ``kvreg.cli.remote`` render
-its reports) and does not configure remotes (``kvreg.remote.config``).
+its reports) and does not configure remotes (``kvreg.remote.remotes``).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ from kvreg.core.errors import (
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_consistency, verify_inclusion
 from kvreg.core.timestamps import rfc3339
 from kvreg.fileio.atomicfile import atomic_write_bytes, remove_quietly
-from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, connect, validate_remote_name
-from kvreg.remote.http import LogProof, RegistryClient
+from kvreg.remote.http import LogProof, RegistryClient, connect
+from kvreg.remote.remotes import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, validate_remote_name
 from kvreg.store.home import Home
 from kvreg.store.jsonfile import lock_file
 

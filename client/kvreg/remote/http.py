@@ -47,7 +47,9 @@ from kvreg.core.errors import (
 from kvreg.core.keys import PublicKey
 from kvreg.core.names import RefName, validate_name, validate_namespace
 from kvreg.remote.errors import RETRY_STATUSES, error_from_response
+from kvreg.remote.remotes import API_PREFIX, Credentials, RemoteConfig, normalize_url, validate_token
 from kvreg.remote.session import Download, HttpSession, ProgressCallback, Reply, file_body
+from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +73,10 @@ __all__ = [
     "RemoteRefEntry",
     "RouteCandidate",
     "StoredObject",
+    "connect",
     "error_from_response",
 ]
 
-API_PREFIX = "/api/v1"
 UPLOAD_HEADER = "X-Kvreg-Upload"
 LOG_INDEX_HEADER = "X-Kvreg-Log-Index"
 DEFAULT_MAX_MISSING_DIGESTS = 1000
@@ -270,8 +272,6 @@ class RegistryClient:
         verify: bool | str = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        from kvreg.remote.config import normalize_url, validate_token
-
         self.base_url = normalize_url(base_url)
         self.api_url = self.base_url + API_PREFIX
         self.remote_name = remote_name
@@ -903,3 +903,16 @@ class RegistryClient:
             what,
         )
         return self._log_proof(doc, what)
+
+
+def connect(home: Home, name: str, **client_options: Any) -> RegistryClient:
+    """A ``RegistryClient`` for the remote ``name`` with its token (if any).
+
+    ``client_options`` go to :class:`RegistryClient` (``timeout``, ``retries``, ...).
+    The caller closes the client (it is a context manager).
+    """
+    remote = RemoteConfig(home).get(name)
+    auth = Credentials(home).auth_for(name)
+    return RegistryClient(
+        remote.url, None if auth is None else auth.token, remote_name=name, **client_options
+    )

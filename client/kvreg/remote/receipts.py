@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kvreg
 from kvreg.core.digest import Digest
@@ -34,12 +34,10 @@ from kvreg.core.errors import ConfigError, KvregError, RemoteError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import validate_namespace
 from kvreg.core.receipt import Receipt, format_time
-from kvreg.remote.config import validate_remote_name
+from kvreg.remote.http import RegistryClient
+from kvreg.remote.remotes import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
-
-if TYPE_CHECKING:
-    from kvreg.remote.http import RegistryClient
 
 __all__ = [
     "CONFIG_SECTION",

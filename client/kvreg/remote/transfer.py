@@ -55,7 +55,7 @@ what it did not log leaves nothing in the store. The report's ``audit`` says
 what was verified. Without a ``RemoteLog`` nothing of the log is checked.
 
 This module neither prints nor imports rich (``kvreg.cli.remote`` renders); it
-does not configure remotes or tokens (``kvreg.remote.config``).
+does not configure remotes or tokens (``kvreg.remote.remotes``).
 """
 
 from __future__ import annotations

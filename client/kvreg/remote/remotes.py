@@ -29,8 +29,8 @@ Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``); URLs are
 may name the server root or its API root (``.../api/v1``); both are stored as the
 server root.
 
-This module does not talk to registries (``kvreg.remote.http`` does) beyond
-building a client for a named remote with :func:`connect`.
+This module does not talk to registries: ``kvreg.remote.http`` does, and its
+:func:`~kvreg.remote.http.connect` builds a client for a named remote from what is stored here.
 """
 
 from __future__ import annotations
@@ -41,15 +41,12 @@ import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
-
-if TYPE_CHECKING:
-    from kvreg.remote.http import RegistryClient
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +59,6 @@ __all__ = [
     "Remote",
     "RemoteAuth",
     "RemoteConfig",
-    "connect",
     "normalize_url",
     "parse_age",
     "validate_remote_name",
@@ -384,18 +380,3 @@ class Credentials:
             jsonfile.write_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
         log.info("removed the token of remote %s", name)
         return True
-
-
-def connect(home: Home, name: str, **client_options: Any) -> RegistryClient:
-    """A ``RegistryClient`` for the remote ``name`` with its token (if any).
-
-    ``client_options`` go to :class:`kvreg.remote.http.RegistryClient` (``timeout``,
-    ``retries``, ...). The caller closes the client (it is a context manager).
-    """
-    from kvreg.remote.http import RegistryClient
-
-    remote = RemoteConfig(home).get(name)
-    auth = Credentials(home).auth_for(name)
-    return RegistryClient(
-        remote.url, None if auth is None else auth.token, remote_name=name, **client_options
-    )
