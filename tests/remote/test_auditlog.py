@@ -25,22 +25,21 @@ import pytest
 from kvreg.core import logtree
 from kvreg.core.canonical import canonical_json
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
-from kvreg.core.errors import EXIT_INTEGRITY, SignatureError, UnauthenticatedError, UsageError
+from kvreg.core.errors import (
+    EXIT_INTEGRITY,
+    LogInconsistentError,
+    SignatureError,
+    UnauthenticatedError,
+    UsageError,
+)
 from kvreg.core.keys import SigningKey
+from kvreg.core.logverify import envelope_claim, parse_verifier, ref_claim, verify_advance
 from kvreg.core.merkle import empty_root, leaf_hash
 from kvreg.remote.auditexport import compare_with_export, export_log, verify_export, verify_remote_log
-from kvreg.remote.auditlog import (
-    LogInconsistentError,
-    RemoteLog,
-    RemoteLogStore,
-    contact,
-    envelope_claim,
-    parse_verifier,
-    ref_claim,
-    verify_advance,
-)
+from kvreg.remote.auditlog import RemoteLog, contact
 from kvreg.remote.http import LogProof, RegistryClient
 from kvreg.remote.remotes import RemoteConfig
+from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home
 
 URL = "http://registry.test"

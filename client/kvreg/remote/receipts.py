@@ -34,8 +34,8 @@ from kvreg.core.errors import ConfigError, KvregError, RemoteError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import validate_namespace
 from kvreg.core.receipt import Receipt, format_time
+from kvreg.core.remote_names import validate_remote_name
 from kvreg.remote.http import RegistryClient
-from kvreg.remote.remotes import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
 

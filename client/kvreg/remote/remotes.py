@@ -24,7 +24,7 @@ The environment variable ``KVREG_TOKEN``, when set and not empty, is the token f
 every remote and takes precedence over ``credentials.json`` (for scripts and CI,
 where writing a credentials file is awkward).
 
-Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``); URLs are
+Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``; ``kvreg.core.remote_names``); URLs are
 ``http://`` or ``https://`` with a host, no user info, query or fragment. A URL
 may name the server root or its API root (``.../api/v1``); both are stored as the
 server root.
@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from kvreg.core.remote_names import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
 
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CREDENTIALS_NAME",
     "DEFAULT_MAX_CHECKPOINT_AGE",
-    "REMOTE_NAME_PATTERN",
     "TOKEN_ENV_VAR",
     "Credentials",
     "Remote",
@@ -61,15 +61,12 @@ __all__ = [
     "RemoteConfig",
     "normalize_url",
     "parse_age",
-    "validate_remote_name",
     "validate_token",
 ]
 
-REMOTE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 TOKEN_ENV_VAR = "KVREG_TOKEN"
 CREDENTIALS_NAME = "credentials.json"
 API_PREFIX = "/api/v1"
-_REMOTE_NAME_RE = re.compile(REMOTE_NAME_PATTERN, re.ASCII)
 # Header-safe token characters (RFC 6750 b64token); kvreg tokens are ``kvreg_<43 chars>``.
 _TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{1,1024}=*", re.ASCII)
 DEFAULT_MAX_CHECKPOINT_AGE = 24 * 3600
@@ -78,17 +75,6 @@ _AGE_RE = re.compile(r"([0-9]{1,12})([smhd]?)", re.ASCII)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CONFIG_MODE = 0o644
 _CREDENTIALS_MODE = 0o600
-
-
-def validate_remote_name(name: str) -> str:
-    """Return ``name`` if it is a valid remote name, else raise ``UsageError``."""
-    if not isinstance(name, str) or _REMOTE_NAME_RE.fullmatch(name) is None or ".." in name:
-        raise UsageError(
-            f"invalid remote name {name!r}",
-            hint="1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, "
-            "no '..' (e.g. origin)",
-        )
-    return name
 
 
 def normalize_url(url: str) -> str:

@@ -79,12 +79,13 @@ from kvreg.core.errors import (
     TagImmutableError,
 )
 from kvreg.core.keys import PublicKey
+from kvreg.core.logverify import EntryClaim, envelope_claim, ref_claim
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.faults import crash_point
 from kvreg.fileio.keyfiles import load_trust_policy
-from kvreg.remote.auditlog import EntryClaim, RemoteLog, envelope_claim, ref_claim
+from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
