@@ -35,9 +35,10 @@ from kvreg.core.errors import (
 from kvreg.core.keys import SigningKey
 from kvreg.core.logverify import envelope_claim, parse_verifier, ref_claim, verify_advance
 from kvreg.core.merkle import empty_root, leaf_hash
+from kvreg.remote.api.log import LogProof
 from kvreg.remote.auditexport import compare_with_export, export_log, verify_export, verify_remote_log
 from kvreg.remote.auditlog import RemoteLog, contact
-from kvreg.remote.http import LogProof, RegistryClient
+from kvreg.remote.http import RegistryClient
 from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home

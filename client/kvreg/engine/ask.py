@@ -46,8 +46,9 @@ from kvreg.store.home import Home
 
 if TYPE_CHECKING:
     from kvreg.core.keys import PublicKey
+    from kvreg.remote.api.search import RouteCandidate
     from kvreg.remote.auditlog import RemoteLog
-    from kvreg.remote.http import RegistryClient, RouteCandidate
+    from kvreg.remote.http import RegistryClient
     from kvreg.remote.progress import Progress
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ The package does not import torch.
 
 from __future__ import annotations
 
-from kvreg.remote.http import RefValue, RegistryClient, RemoteRefEntry, connect
+from kvreg.remote.api.refs import RefValue, RemoteRefEntry
+from kvreg.remote.http import RegistryClient, connect
 from kvreg.remote.progress import NullProgress, Progress
 from kvreg.remote.remotes import Credentials, Remote, RemoteConfig
 from kvreg.remote.transfer import PullReport, PushReport, pull, push

@@ -109,7 +109,8 @@ from kvreg.core.logverify import (
 from kvreg.core.merkle import leaf_hash, verify_inclusion
 from kvreg.core.remote_names import validate_remote_name
 from kvreg.core.timestamps import rfc3339
-from kvreg.remote.http import LogProof, RegistryClient, connect
+from kvreg.remote.api.log import LogProof
+from kvreg.remote.http import RegistryClient, connect
 from kvreg.remote.remotes import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig
 from kvreg.store.audit_state import RemoteLogState, RemoteLogStore
 from kvreg.store.home import Home

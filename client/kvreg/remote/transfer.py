@@ -85,8 +85,10 @@ from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.faults import crash_point
 from kvreg.fileio.keyfiles import load_trust_policy
+from kvreg.remote.api.objects import DEFAULT_MAX_MISSING_DIGESTS
+from kvreg.remote.api.refs import RefValue
 from kvreg.remote.auditlog import RemoteLog
-from kvreg.remote.http import DEFAULT_MAX_MISSING_DIGESTS, RefValue, RegistryClient
+from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.staging import Staging
 from kvreg.store import paging
