@@ -94,7 +94,7 @@ def test_lazy_pull_and_on_demand_chunks_graft_byte_exact(
     from kvreg.remote.http import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
     from kvreg.remote.progress import NullProgress
-    from kvreg.remote.transfer import pull
+    from kvreg.remote.pulling import pull
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home
 

@@ -46,10 +46,11 @@ from kvreg.core.remote_names import validate_remote_name
 from kvreg.remote.auditlog import RemoteLog, contact
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import NullProgress, Progress
+from kvreg.remote.pulling import PullReport
+from kvreg.remote.pulling import pull as pull_artifact
+from kvreg.remote.pushing import PushReport
+from kvreg.remote.pushing import push as push_artifact
 from kvreg.remote.remotes import Credentials, RemoteConfig, parse_age, validate_token
-from kvreg.remote.transfer import PullReport, PushReport
-from kvreg.remote.transfer import pull as pull_artifact
-from kvreg.remote.transfer import push as push_artifact
 from kvreg.store.audit_state import RemoteLogStore
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (no progress).")]

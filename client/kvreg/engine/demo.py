@@ -602,7 +602,8 @@ class _RegistryAct:
         return report
 
     def run(self, lm: Any, refs: list[RefName], failures: list[str]) -> dict[str, Any]:
-        from kvreg.remote.transfer import pull, push
+        from kvreg.remote.pulling import pull
+        from kvreg.remote.pushing import push
 
         started = time.perf_counter()
         say, home, key = self.say, self.home, self.key

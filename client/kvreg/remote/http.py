@@ -19,7 +19,7 @@ Answers are validated as they are parsed (digests, names, list shapes): a
 malformed answer is a ``RemoteError``, never a half-read value. This module
 checks digests of downloads but does not decide what they mean: it verifies no
 signatures or manifests and does not touch the local store
-(``kvreg.remote.transfer`` does), and it fetches the audit log's key, signed
+(``kvreg.remote.pushing`` and ``kvreg.remote.pulling`` do), and it fetches the audit log's key, signed
 checkpoints, entries and proofs without verifying any of them
 (``kvreg.remote.auditlog`` does). Nothing here prints.
 """

@@ -2,7 +2,7 @@
 
 ``PUT``/``GET .../objects/{digest}`` stream; downloads resume and are hashed by the
 transport (``kvreg.remote.session``); this module does not compare the digest of a
-download with the one asked for, nor touch the local store (``kvreg.remote.transfer`` does).
+download with the one asked for, nor touch the local store (``kvreg.remote.pulling`` does).
 """
 
 from __future__ import annotations

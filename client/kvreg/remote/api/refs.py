@@ -1,7 +1,7 @@
 """Envelopes and refs of a registry namespace: signed envelopes by manifest digest, ref reads,
 compare-and-swap changes and listings, with the audit entry the registry names for each.
 
-The envelope bytes are not verified here (``kvreg.remote.transfer`` does) and the
+The envelope bytes are not verified here (``kvreg.remote.pushing`` and ``kvreg.remote.pulling`` do) and the
 audit entries are not checked (``kvreg.remote.auditlog`` does).
 """
 
