@@ -3,8 +3,8 @@
 ``RegistryClient`` combines the per-resource classes of ``kvreg.remote.api``, each
 one module: ``core`` (base URL, transport, answer parsing, server info, ``whoami``,
 namespaces), ``objects``, ``refs`` (envelopes and refs), ``search`` (keys, search,
-route) and ``log`` (the audit log). Callers use one client and its method names;
-:func:`connect` builds one for a named remote (``kvreg.remote.remotes``).
+route), ``log`` (the audit log) and ``receipts``. Callers use one client and its
+method names; :func:`connect` builds one for a named remote (``kvreg.remote.remotes``).
 
 ``RegistryClient`` is thread-safe (push and pull call it from a
 ``ThreadPoolExecutor``); its transport (``kvreg.remote.session``) sends the bearer
@@ -30,6 +30,7 @@ from typing import Any
 
 from kvreg.remote.api.log import LogApi
 from kvreg.remote.api.objects import ObjectsApi
+from kvreg.remote.api.receipts import ReceiptsApi
 from kvreg.remote.api.refs import RefsApi
 from kvreg.remote.api.search import SearchApi
 from kvreg.remote.remotes import Credentials, RemoteConfig
@@ -38,7 +39,7 @@ from kvreg.store.home import Home
 __all__ = ["RegistryClient", "connect"]
 
 
-class RegistryClient(ObjectsApi, RefsApi, SearchApi, LogApi):
+class RegistryClient(ObjectsApi, RefsApi, SearchApi, LogApi, ReceiptsApi):
     """A registry at ``base_url`` (its root; ``/api/v1`` is added), optionally with a bearer token.
 
     Thread-safe: one client serves every worker of a push or pull. Use it as a
