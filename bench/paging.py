@@ -243,7 +243,7 @@ def budget_run(
     from kvreg.core.trust import TrustPolicy
     from kvreg.remote import push
     from kvreg.remote.ondemand import ensured, needed_for_graft
-    from kvreg.remote.transfer import pull
+    from kvreg.remote.pulling import pull
     from kvreg.store import settings_file
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home

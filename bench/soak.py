@@ -107,9 +107,10 @@ from kvreg.core.digest import Digest  # noqa: E402
 from kvreg.core.envelope import Envelope, verify_envelope  # noqa: E402
 from kvreg.core.errors import KvregError, RefConflictError  # noqa: E402
 from kvreg.core.keys import SigningKey  # noqa: E402
+from kvreg.core.logverify import parse_entry  # noqa: E402
 from kvreg.core.trust import TrustPolicy  # noqa: E402
 from kvreg.remote.auditexport import verify_remote_log  # noqa: E402
-from kvreg.remote.auditlog import RemoteLog, parse_entry  # noqa: E402
+from kvreg.remote.auditlog import RemoteLog  # noqa: E402
 from kvreg.remote.http import RegistryClient  # noqa: E402
 from kvreg.store.home import Home  # noqa: E402
 

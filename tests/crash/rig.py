@@ -218,7 +218,7 @@ class CrashRig:
         """A client home with ``origin`` and ``token``, trusting the depositor for ``ns``; with
         ``store`` a copy of the depositor's store (to push from)."""
         from kvreg.core.keys import PublicKey
-        from kvreg.remote.config import Credentials, RemoteConfig
+        from kvreg.remote.remotes import Credentials, RemoteConfig
         from kvreg.store.home import Home
 
         self._homes += 1
@@ -343,7 +343,7 @@ class CrashRig:
         client's) is how often a failed request is retried (0: a dead server fails it at once)."""
         from kvreg.core.names import RefName
         from kvreg.remote.auditlog import contact
-        from kvreg.remote.transfer import push
+        from kvreg.remote.pushing import push
         from kvreg.store.home import Home
 
         h = Home(home)
@@ -356,7 +356,7 @@ class CrashRig:
         """``kvreg pull origin REF``'s function, in this process."""
         from kvreg.core.names import RefName
         from kvreg.remote.auditlog import contact
-        from kvreg.remote.transfer import pull
+        from kvreg.remote.pulling import pull
         from kvreg.store.home import Home
 
         h = Home(home)

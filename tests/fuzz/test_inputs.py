@@ -29,6 +29,7 @@ from kvreg.core.errors import (
 from kvreg.core.keys import PublicKey, SigningKey
 from kvreg.core.names import NAME_PATTERN, NAMESPACE_PATTERN, RefName, validate_name, validate_namespace
 from kvreg.remote import http
+from kvreg.remote.api import core as api_core
 from kvreg_registry.api.routes_objects import parse_range
 
 KEY_PEM = SigningKey.from_seed(bytes(32)).public_key.to_pem()
@@ -152,11 +153,11 @@ def test_block_key_fingerprints(fp: object, tokens: list[int]) -> None:
 @fuzz(300)
 @given(st.text(max_size=60) | st.integers() | st.booleans() | st.none() | st.floats() | st.binary(max_size=8))
 def test_reply_validators(value: object) -> None:
-    raw = typed(http._b64_hash, value, "root", allowed=RemoteError)
+    raw = typed(api_core.parse_b64_hash, value, "root", allowed=RemoteError)
     assert raw is None or len(raw) == 32
-    n = typed(http._size, value, "size", allowed=RemoteError)
+    n = typed(api_core.parse_size, value, "size", allowed=RemoteError)
     assert n is None or (type(n) is int and n >= 0)
-    typed(http._log_index, value, "index", allowed=RemoteError)
+    typed(api_core.parse_log_index, value, "index", allowed=RemoteError)
     typed(http.RegistryClient._digest, value, "x", allowed=RemoteError)
 
 

@@ -76,7 +76,7 @@ def make_client_home(
     same files ``kvreg remote add``, ``login`` and ``trust add`` write, without their start-up
     time); nothing is contacted, so nothing is pinned yet."""
     from kvreg.core.keys import PublicKey
-    from kvreg.remote.config import Credentials, RemoteConfig
+    from kvreg.remote.remotes import Credentials, RemoteConfig
     from kvreg.store.home import Home
 
     path.mkdir(parents=True)

@@ -288,7 +288,7 @@ def _receipt(key: SigningKey, ns: str, digest: str, **over: Any) -> bytes:
 
 def test_receipts_are_stored_listed_and_refused(registry: Registry, depositor: dict[str, Any]) -> None:
     from kvreg.remote.http import RegistryClient
-    from kvreg.remote.receipts import build_receipt, list_receipts, send_receipt
+    from kvreg.remote.receipts import build_receipt, send_receipt
 
     ns, writer, _ns_admin, reader = setup(registry, depositor)
     with registry.http(writer) as w:
@@ -340,7 +340,7 @@ def test_receipts_are_stored_listed_and_refused(registry: Registry, depositor: d
         with logs(registry, 1, "graft.receipt"):
             sent = send_receipt(client, receipt, key)
         assert sent.created and sent.log_index == log_size(registry) - 1
-        listed = list_receipts(client, ns, digest=digest)
+        listed = client.list_receipts(ns, digest=digest)
     assert listed["total"] == 2
     newest, older = listed["receipts"]
     assert newest["id"] == sent.id and newest["witness"] == "skipped" and newest["check"] is None

@@ -91,10 +91,10 @@ def test_lazy_pull_and_on_demand_chunks_graft_byte_exact(
     """The path of ``kvreg ask --remote``: lazy pull, ensure a 1-block prefix graft's objects,
     graft; the output equals running with no cache."""
     from kvreg.core.names import RefName
-    from kvreg.remote.config import connect
+    from kvreg.remote.http import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
     from kvreg.remote.progress import NullProgress
-    from kvreg.remote.transfer import pull
+    from kvreg.remote.pulling import pull
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home
 

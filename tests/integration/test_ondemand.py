@@ -33,7 +33,7 @@ def test_graft_pulls_what_it_needs_from_a_library_larger_than_the_budget(
     registry: Registry, depositor: dict[str, Any], make_home, llama: Path
 ) -> None:
     from kvreg.core.names import RefName
-    from kvreg.remote.config import connect
+    from kvreg.remote.http import connect
     from kvreg.remote.ondemand import ensured, needed_for_graft
     from kvreg.store import access_log, eviction, settings_file
     from kvreg.store.artifacts import open_artifact
@@ -75,7 +75,7 @@ def test_on_demand_refuses_objects_the_manifest_does_not_name(
 ) -> None:
     from kvreg.core.digest import Digest
     from kvreg.core.errors import UsageError
-    from kvreg.remote.config import connect
+    from kvreg.remote.http import connect
     from kvreg.remote.ondemand import ensure_objects
     from kvreg.store.artifacts import open_artifact
     from kvreg.store.home import Home

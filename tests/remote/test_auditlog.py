@@ -25,22 +25,22 @@ import pytest
 from kvreg.core import logtree, merkle
 from kvreg.core.canonical import canonical_json
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
-from kvreg.core.errors import EXIT_INTEGRITY, SignatureError, UnauthenticatedError, UsageError
-from kvreg.core.keys import SigningKey
-from kvreg.core.merkle import empty_root, leaf_hash
-from kvreg.remote.auditexport import compare_with_export, export_log, verify_export, verify_remote_log
-from kvreg.remote.auditlog import (
+from kvreg.core.errors import (
+    EXIT_INTEGRITY,
     LogInconsistentError,
-    RemoteLog,
-    RemoteLogStore,
-    contact,
-    envelope_claim,
-    parse_verifier,
-    ref_claim,
-    verify_advance,
+    SignatureError,
+    UnauthenticatedError,
+    UsageError,
 )
-from kvreg.remote.config import RemoteConfig
-from kvreg.remote.http import LogProof, RegistryClient
+from kvreg.core.keys import SigningKey
+from kvreg.core.logverify import envelope_claim, parse_verifier, ref_claim, verify_advance
+from kvreg.core.merkle import empty_root, leaf_hash
+from kvreg.remote.api.log import LogProof
+from kvreg.remote.auditexport import compare_with_export, export_log, verify_export, verify_remote_log
+from kvreg.remote.auditlog import RemoteLog, contact
+from kvreg.remote.http import RegistryClient
+from kvreg.remote.remotes import RemoteConfig
+from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home
 
 URL = "http://registry.test"

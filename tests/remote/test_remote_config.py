@@ -8,12 +8,12 @@ import stat
 import pytest
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
-from kvreg.remote.config import (
+from kvreg.core.remote_names import validate_remote_name
+from kvreg.remote.http import connect
+from kvreg.remote.remotes import (
     Credentials,
     RemoteConfig,
-    connect,
     normalize_url,
-    validate_remote_name,
     validate_token,
 )
 from kvreg.store.home import Home

@@ -29,7 +29,8 @@ from kvreg.core.errors import (
     UnavailableError,
     error_classes,
 )
-from kvreg.remote.http import RegistryClient, error_from_response
+from kvreg.remote.errors import error_from_response
+from kvreg.remote.http import RegistryClient
 
 from .helpers import serve
 

@@ -28,8 +28,9 @@ from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.remote.http import RegistryClient
+from kvreg.remote.pulling import pull
+from kvreg.remote.pushing import push
 from kvreg.remote.staging import staging_dir
-from kvreg.remote.transfer import pull, push
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
 

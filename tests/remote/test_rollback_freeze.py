@@ -19,10 +19,12 @@ import pytest
 from kvreg.core import logtree, merkle
 from kvreg.core.checkpoint import Checkpoint, checkpoint_timestamp, open_note, sign_checkpoint
 from kvreg.core.errors import EXIT_INTEGRITY, CheckpointStaleError, LogInconsistentError, RefRollbackError
+from kvreg.core.logverify import ref_claim, right_sibling_ranges
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes
 from kvreg.remote import auditlog
-from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, _right_sibling_ranges, ref_claim
-from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, parse_age
+from kvreg.remote.auditlog import RemoteLog
+from kvreg.remote.remotes import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, parse_age
+from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home
 
 from .test_auditlog import URL, FakeLog
@@ -229,7 +231,7 @@ def test_the_right_siblings_of_an_inclusion_proof_cover_the_entries_after_it() -
             proof = merkle.inclusion_proof(
                 index, size, logtree.stored_range_hash(lambda lv, ix, nodes=nodes: nodes[(lv, ix)])
             )
-            ranges = _right_sibling_ranges(index, size)
+            ranges = right_sibling_ranges(index, size)
             assert len(ranges) == len(proof)
             covered: list[int] = []
             for h, r in zip(proof, ranges, strict=True):

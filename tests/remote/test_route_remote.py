@@ -21,7 +21,8 @@ from kvreg.core.blockkey import block_keys
 from kvreg.core.digest import Digest
 from kvreg.core.errors import InvalidDigestError, RequestInvalidError, UsageError
 from kvreg.core.keys import SigningKey
-from kvreg.remote.http import MAX_ROUTE_KEYS, RegistryClient, RouteCandidate
+from kvreg.remote.api.search import MAX_ROUTE_KEYS, RouteCandidate
+from kvreg.remote.http import RegistryClient
 
 from .helpers import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Built, build_artifact
 

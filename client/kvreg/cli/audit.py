@@ -33,14 +33,16 @@ from kvreg import console as output
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotFoundError, UsageError
+from kvreg.core.logverify import parse_log_key
+from kvreg.core.remote_names import validate_remote_name
 from kvreg.remote.auditexport import (
     compare_with_export,
     export_log,
     verify_export,
     verify_remote_log,
 )
-from kvreg.remote.auditlog import RemoteLogStore, contact, parse_log_key
-from kvreg.remote.config import validate_remote_name
+from kvreg.remote.auditlog import contact
+from kvreg.store.audit_state import RemoteLogStore
 
 
 def _types_table(console: Console, types: dict[str, int]) -> None:

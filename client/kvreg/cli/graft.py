@@ -324,7 +324,7 @@ class _ReceiptSender:
         check: dict[str, Any] | None,
         graft: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        from kvreg.remote.config import connect
+        from kvreg.remote.http import connect
         from kvreg.remote.receipts import build_receipt, host_fields, send_receipt
 
         result: dict[str, Any] = {"remote": self.remote, "namespace": self.namespace, "sent": False}
@@ -374,8 +374,8 @@ def _receipt_sender(
     home: Any, artifact: Artifact, remote: str | None, key_name: str
 ) -> _ReceiptSender | None:
     """Who gets the receipt (``--receipt``, else ``receipts.always``), checked before the model loads."""
-    from kvreg.remote.config import RemoteConfig
     from kvreg.remote.receipts import configured_remote
+    from kvreg.remote.remotes import RemoteConfig
     from kvreg.store.artifacts import ANY_NAMESPACE, namespace_for
 
     explicit = remote is not None

@@ -13,7 +13,7 @@ checkpoint seen before (``kvreg.remote.auditlog``), and stores the new one only
 when the command succeeds. ``remote add`` contacts nothing; ``--log-key`` pins a
 key learned out of band, ``--replace`` forgets the pin (a human decision);
 ``--max-checkpoint-age`` sets how old a signed checkpoint may be before the remote
-is taken for frozen (``kvreg.remote.config``).
+is taken for frozen (``kvreg.remote.remotes``).
 """
 
 from __future__ import annotations
@@ -40,14 +40,18 @@ from rich.table import Table
 from kvreg import console as output
 from kvreg.cli import common
 from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
+from kvreg.core.logverify import parse_log_key
 from kvreg.core.names import RefName, validate_namespace
-from kvreg.remote.auditlog import RemoteLog, RemoteLogStore, contact, parse_log_key
-from kvreg.remote.config import Credentials, RemoteConfig, parse_age, validate_remote_name, validate_token
+from kvreg.core.remote_names import validate_remote_name
+from kvreg.remote.auditlog import RemoteLog, contact
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import NullProgress, Progress
-from kvreg.remote.transfer import PullReport, PushReport
-from kvreg.remote.transfer import pull as pull_artifact
-from kvreg.remote.transfer import push as push_artifact
+from kvreg.remote.pulling import PullReport
+from kvreg.remote.pulling import pull as pull_artifact
+from kvreg.remote.pushing import PushReport
+from kvreg.remote.pushing import push as push_artifact
+from kvreg.remote.remotes import Credentials, RemoteConfig, parse_age, validate_token
+from kvreg.store.audit_state import RemoteLogStore
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (no progress).")]
 RemoteArg = Annotated[str, typer.Argument(metavar="NAME", help="A remote's name (see: kvreg remote list).")]

@@ -6,7 +6,7 @@ This is what ``kvreg ask`` and the flywheel's exam call. One request runs:
    (``kvreg.core.blockkey``, under the local engine's fingerprints and block size)
    go to the registry's route endpoint — the tokens never leave the host. Each
    useful candidate that is not in the local store yet is pulled *lazily*
-   (``kvreg.remote.transfer.pull(lazy=True)``): its signature is checked against
+   (``kvreg.remote.pulling.pull(lazy=True)``): its signature is checked against
    the local trust policy for its namespace and only the manifest and the tokens
    object are downloaded, verified, so the local router can compare tokens.
 2. **Route** (``kvreg.engine.route``) over the local store, in the mode asked:
@@ -46,8 +46,9 @@ from kvreg.store.home import Home
 
 if TYPE_CHECKING:
     from kvreg.core.keys import PublicKey
+    from kvreg.remote.api.search import RouteCandidate
     from kvreg.remote.auditlog import RemoteLog
-    from kvreg.remote.http import RegistryClient, RouteCandidate
+    from kvreg.remote.http import RegistryClient
     from kvreg.remote.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ def _discover(
     policy: TrustPolicy,
 ) -> RemoteReport:
     """Ask the registry for candidates by block key and pull the useful new ones lazily."""
-    from kvreg.remote.transfer import pull
+    from kvreg.remote.pulling import pull
 
     report = RemoteReport()
     block = lm.config.block_size

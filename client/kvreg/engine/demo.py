@@ -507,8 +507,8 @@ def _bootstrap(data_dir: Path, key: SigningKey) -> dict[str, Any]:
 
 def _login(home: Home, url: str, token: str) -> dict[str, Any]:
     """``kvreg remote add`` and ``kvreg login`` (the token is checked with whoami first)."""
-    from kvreg.remote.config import Credentials, RemoteConfig
     from kvreg.remote.http import RegistryClient
+    from kvreg.remote.remotes import Credentials, RemoteConfig
 
     remote = RemoteConfig(home).add(REMOTE, url)
     with RegistryClient(remote.url, token, remote_name=REMOTE, retries=2) as client:
@@ -519,8 +519,8 @@ def _login(home: Home, url: str, token: str) -> dict[str, Any]:
 
 def _client(home: Home) -> Any:
     """A client for the demo remote with the token ``kvreg login`` stored (not ``$KVREG_TOKEN``)."""
-    from kvreg.remote.config import Credentials, RemoteConfig
     from kvreg.remote.http import RegistryClient
+    from kvreg.remote.remotes import Credentials, RemoteConfig
 
     remote = RemoteConfig(home).get(REMOTE)
     auth = Credentials(home, environ={}).auth_for(REMOTE)
@@ -602,7 +602,8 @@ class _RegistryAct:
         return report
 
     def run(self, lm: Any, refs: list[RefName], failures: list[str]) -> dict[str, Any]:
-        from kvreg.remote.transfer import pull, push
+        from kvreg.remote.pulling import pull
+        from kvreg.remote.pushing import push
 
         started = time.perf_counter()
         say, home, key = self.say, self.home, self.key

@@ -462,7 +462,7 @@ def run_flywheel(
     push_report: dict[str, Any] | None = None
     ask_home, source = home, None
     if registry is not None:
-        from kvreg.remote.transfer import push
+        from kvreg.remote.pushing import push
 
         say(f"pushing {len(refs)} artifacts to the registry")
         t = time.perf_counter()

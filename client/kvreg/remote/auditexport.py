@@ -39,6 +39,7 @@ from kvreg.core import logtree, merkle
 from kvreg.core.auditexport_format import EXPORT_FORMAT, entry_line, export_header, header_line
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, verify_signed_checkpoint
 from kvreg.core.errors import (
+    LogInconsistentError,
     MerkleProofError,
     NotFoundError,
     SignatureError,
@@ -46,18 +47,13 @@ from kvreg.core.errors import (
     UnauthenticatedError,
     UsageError,
 )
+from kvreg.core.logverify import b64, parse_entry, parse_verifier
 from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_inclusion
+from kvreg.core.timestamps import rfc3339
 from kvreg.fileio.atomicfile import finish, install, temp_file
-from kvreg.remote.auditlog import (
-    LogInconsistentError,
-    RemoteLog,
-    RemoteLogState,
-    b64,
-    now,
-    parse_entry,
-    parse_verifier,
-)
+from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
+from kvreg.store.audit_state import RemoteLogState
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -200,7 +196,7 @@ def export_log(audit: RemoteLog, out: Path, *, progress: Callable[[int], None] |
         note=result.note,
         verifier=result.verifier,
         types=result.types,
-        exported_at=now(),
+        exported_at=rfc3339(),
     )
     out = Path(out)
     try:

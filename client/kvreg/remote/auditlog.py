@@ -6,13 +6,7 @@ tree and signs checkpoints ``(origin, size, root)`` as C2SP signed notes
 that history.
 
 **Pinning.** Each remote has a state file ``$KVREG_HOME/remotes/<name>.json``
-(written atomically, under a lock ``remotes/.<name>.lock``)::
-
-    {"format": "kvreg.remote-log/v1", "remote": "origin", "url": "https://...",
-     "verifier_key": "kvreg-log-...+1a2b3c4d+AQ...", "pinned_at": TIME,
-     "pinned_by": "first-contact" | "remote add --log-key",
-     "checkpoint": "<the last signed note this store verified>" | null, "updated_at": TIME}
-
+(``kvreg.store.audit_state``) holding its pinned log key and last verified checkpoint.
 The key is pinned on first contact (trust on first use: ``GET /log/key``) unless
 ``kvreg remote add NAME URL --log-key KEY`` pinned one learned out of band. From
 then on a checkpoint not signed by the pinned key is a ``SignatureError``; only a
@@ -64,7 +58,7 @@ so; (a) still holds.
 
 **Freeze.** The registry dates every checkpoint it signs (``timestamp`` extension
 line, signed afresh on each request). A checkpoint older than the remote's
-``max_checkpoint_age`` (``kvreg.remote.config``; 24 hours unless set, 0: off) is
+``max_checkpoint_age`` (``kvreg.remote.remotes``; 24 hours unless set, 0: off) is
 ``CheckpointStaleError`` (exit 3): a registry, or someone answering for it, that
 keeps serving an old state is caught once that age has passed. A checkpoint with
 no timestamp is accepted with a warning from a registry that never dated one, and
@@ -74,34 +68,24 @@ are accepted (clock skew) and never stored as anything but the note.
 **Whole logs** (``kvreg audit verify``, ``kvreg audit export``) are
 ``kvreg.remote.auditexport``'s.
 
-This module does not print (``kvreg.cli.audit`` and ``kvreg.cli.remote`` render
-its reports) and does not configure remotes (``kvreg.remote.config``).
+This module fetches and decides; the checks themselves (signatures, proofs, entries,
+claims) are ``kvreg.core.logverify``'s, and the state files ``kvreg.store.audit_state``'s.
+It does not print (``kvreg.cli.audit`` and ``kvreg.cli.remote`` render its reports)
+and does not configure remotes (``kvreg.remote.remotes``).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvreg.core.canonical import parse_json_object
-from kvreg.core.checkpoint import (
-    Checkpoint,
-    NoteVerifier,
-    checkpoint_timestamp,
-    open_note,
-    parse_checkpoint_body,
-    verify_signed_checkpoint,
-)
+from kvreg.core.checkpoint import Checkpoint, NoteVerifier
 from kvreg.core.errors import (
     CheckpointStaleError,
-    ConfigError,
     ForbiddenError,
     IntegrityError,
     LogInconsistentError,
@@ -109,58 +93,33 @@ from kvreg.core.errors import (
     NotFoundError,
     RefRollbackError,
     SignatureError,
-    StoreError,
     UnauthenticatedError,
-    UsageError,
 )
-from kvreg.core.merkle import leaf_hash, root_from_leaf_hashes, verify_consistency, verify_inclusion
+from kvreg.core.logverify import (
+    REF_CHANGE_TYPES,
+    EntryClaim,
+    b64,
+    note_timestamp,
+    parse_entry,
+    parse_verifier,
+    replay_ref,
+    suffix_problem,
+    verify_advance,
+)
+from kvreg.core.merkle import leaf_hash, verify_inclusion
+from kvreg.core.remote_names import validate_remote_name
 from kvreg.core.timestamps import rfc3339
-from kvreg.fileio.atomicfile import atomic_write_bytes, remove_quietly
-from kvreg.remote.config import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig, connect, validate_remote_name
-from kvreg.remote.http import LogProof, RegistryClient
+from kvreg.remote.api.log import LogProof
+from kvreg.remote.http import RegistryClient, connect
+from kvreg.remote.remotes import DEFAULT_MAX_CHECKPOINT_AGE, RemoteConfig
+from kvreg.store.audit_state import RemoteLogState, RemoteLogStore
 from kvreg.store.home import Home
-from kvreg.store.jsonfile import lock_file
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "MAX_LATEST_SCAN",
-    "MAX_STORED_REFS",
-    "REF_TYPES",
-    "STATE_FORMAT",
-    "EntryClaim",
-    "LogInconsistentError",
-    "RemoteLog",
-    "RemoteLogState",
-    "RemoteLogStore",
-    "b64",
-    "contact",
-    "envelope_claim",
-    "now",
-    "parse_entry",
-    "parse_log_key",
-    "parse_verifier",
-    "ref_claim",
-    "verify_advance",
-]
+__all__ = ["MAX_LATEST_SCAN", "RemoteLog", "contact"]
 
-STATE_FORMAT = "kvreg.remote-log/v1"
-STATE_DIR = "remotes"
-MAX_ENTRY_BYTES = 1 << 20
-_STATE_MODE = 0o644
-_MAX_STATE_BYTES = 1 << 20
-REF_TYPES = frozenset({"ref.created", "ref.moved", "tag.created"})
-REF_CHANGE_TYPES = REF_TYPES | {"ref.deleted"}
 MAX_LATEST_SCAN = 10 * 1000  # entries read after a ref's entry to prove it is the latest (ten pages)
-MAX_STORED_REFS = 2000  # per remote in the state file; beyond, the refs proven longest ago are dropped
-
-
-def now() -> str:
-    return rfc3339()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _where(name: str | None, url: str | None) -> str:
@@ -176,381 +135,6 @@ def _repin_hint(name: str | None, url: str | None, path: Path | None) -> str:
         f"registry on purpose and you checked its new log key out of band: kvreg remote add {name or 'NAME'} "
         f"{url or 'URL'} --replace --log-key KEY"
     )
-
-
-# --- the per-remote state file ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RemoteLogState:
-    """What this store remembers of one remote's log: the pinned key and the last verified checkpoint."""
-
-    remote: str
-    url: str
-    verifier: NoteVerifier
-    pinned_at: str
-    pinned_by: str
-    note: str | None = None
-    checkpoint: Checkpoint | None = None
-    updated_at: str | None = None
-    refs: dict[str, tuple[int, str]] = field(default_factory=dict)  # "ns/name" -> (entry index, digest)
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "format": STATE_FORMAT,
-            "remote": self.remote,
-            "url": self.url,
-            "verifier_key": self.verifier.to_text(),
-            "pinned_at": self.pinned_at,
-            "pinned_by": self.pinned_by,
-            "checkpoint": self.note,
-            "updated_at": self.updated_at,
-        }
-        if self.refs:
-            doc["refs"] = {ref: {"index": i, "digest": d} for ref, (i, d) in sorted(self.refs.items())}
-        return doc
-
-    def with_checkpoint(self, note: str, checkpoint: Checkpoint, url: str) -> RemoteLogState:
-        return RemoteLogState(
-            self.remote,
-            url,
-            self.verifier,
-            self.pinned_at,
-            self.pinned_by,
-            note,
-            checkpoint,
-            now(),
-            self.refs,
-        )
-
-    def with_refs(self, refs: dict[str, tuple[int, str]]) -> RemoteLogState:
-        """This state with ``refs`` merged in (the higher index wins), capped at ``MAX_STORED_REFS``."""
-        merged = dict(self.refs)
-        for ref, (i, d) in refs.items():
-            if ref not in merged or merged[ref][0] < i:
-                merged[ref] = (i, d)
-        if len(merged) > MAX_STORED_REFS:
-            kept = sorted(merged.items(), key=lambda kv: kv[1][0])[-MAX_STORED_REFS:]
-            merged = dict(kept)
-        return RemoteLogState(
-            self.remote,
-            self.url,
-            self.verifier,
-            self.pinned_at,
-            self.pinned_by,
-            self.note,
-            self.checkpoint,
-            self.updated_at,
-            merged,
-        )
-
-
-class RemoteLogStore:
-    """The state files ``$KVREG_HOME/remotes/<name>.json`` of one store."""
-
-    def __init__(self, home: Home) -> None:
-        self.home = home
-        self.dir = home.root / STATE_DIR
-
-    def path(self, name: str) -> Path:
-        return self.dir / f"{validate_remote_name(name)}.json"
-
-    @contextlib.contextmanager
-    def lock(self, name: str) -> Iterator[None]:
-        """An exclusive lock around a read-modify-write of ``name``'s state."""
-        with lock_file(self.dir / f".{validate_remote_name(name)}.lock"):
-            yield
-
-    def load(self, name: str) -> RemoteLogState | None:
-        """The state of ``name`` (None: nothing pinned); its stored note is verified with the pinned key."""
-        path = self.path(name)
-        try:
-            with path.open("rb") as f:
-                data = f.read(_MAX_STATE_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
-        hint = f"remove it and pin again deliberately: kvreg remote add {name} URL --replace"
-        if len(data) > _MAX_STATE_BYTES:
-            raise ConfigError(f"{path} is larger than {_MAX_STATE_BYTES} bytes", hint=hint)
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise ConfigError(f"{path} is not valid JSON", hint=hint) from e
-        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-            raise ConfigError(f"{path} is not a {STATE_FORMAT} file", hint=hint)
-        strings = ("url", "verifier_key", "pinned_at", "pinned_by")
-        if any(not isinstance(doc.get(k), str) for k in strings) or doc.get("remote") != name:
-            raise ConfigError(f"{path} is malformed", hint=hint)
-        try:
-            verifier = parse_verifier(doc["verifier_key"])
-        except SignatureError as e:
-            raise ConfigError(f"{path}: {e.message}", hint=hint) from e
-        note = doc.get("checkpoint")
-        checkpoint = None
-        if note is not None:
-            if not isinstance(note, str):
-                raise ConfigError(f"{path}: 'checkpoint' must be a signed note or null", hint=hint)
-            try:
-                checkpoint = verify_signed_checkpoint(note, verifier)
-            except SignatureError as e:
-                raise SignatureError(
-                    f"the checkpoint stored in {path} does not verify with the key pinned for {name!r}: "
-                    f"{e.message}",
-                    hint=f"someone edited this store's state; {hint}",
-                    remote=name,
-                ) from e
-        updated = doc.get("updated_at")
-        return RemoteLogState(
-            name,
-            doc["url"],
-            verifier,
-            doc["pinned_at"],
-            doc["pinned_by"],
-            note,
-            checkpoint,
-            updated if isinstance(updated, str) else None,
-            _parse_refs(doc.get("refs", {}), path, hint),
-        )
-
-    def write(self, state: RemoteLogState) -> None:
-        data = (json.dumps(state.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
-        try:
-            atomic_write_bytes(self.path(state.remote), data, mode=_STATE_MODE)
-        except StoreError as e:
-            raise ConfigError(f"cannot write {self.path(state.remote)}: {e.message}") from e
-
-    def pin(
-        self, name: str, url: str, verifier_key: str, *, by: str = "remote add --log-key"
-    ) -> RemoteLogState:
-        """Pin ``verifier_key`` for ``name``, forgetting any previous pin and checkpoint."""
-        verifier = parse_log_key(verifier_key)
-        state = RemoteLogState(name, url, verifier, now(), by)
-        with self.lock(name):
-            self.write(state)
-        log.info("pinned log key %s for remote %s", verifier.to_text(), name)
-        return state
-
-    def reset(self, name: str) -> bool:
-        """Forget ``name``'s pinned key and checkpoint (a human decision); True if there was a pin."""
-        path = self.path(name)
-        with self.lock(name):
-            existed = path.exists()
-            remove_quietly(path)
-        if existed:
-            log.info("forgot the pinned log key and checkpoint of remote %s", name)
-        return existed
-
-
-def _parse_refs(value: Any, path: Path, hint: str) -> dict[str, tuple[int, str]]:
-    """The ``refs`` of a state file: ``{"ns/name": {"index": N, "digest": D}}``."""
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: 'refs' must be an object", hint=hint)
-    out: dict[str, tuple[int, str]] = {}
-    for ref, item in value.items():
-        index = item.get("index") if isinstance(item, dict) else None
-        digest = item.get("digest") if isinstance(item, dict) else None
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0 or not isinstance(digest, str):
-            raise ConfigError(f"{path}: refs[{ref!r}] must be {{'index': N, 'digest': D}}", hint=hint)
-        out[str(ref)] = (index, digest)
-    return out
-
-
-def note_timestamp(note: str, verifier: NoteVerifier) -> tuple[Checkpoint, int | None]:
-    """Verify ``note`` with ``verifier``: its checkpoint and its ``timestamp`` (None: undated)."""
-    body = open_note(note, verifier)
-    return parse_checkpoint_body(body), checkpoint_timestamp(body)
-
-
-def _right_sibling_ranges(index: int, size: int) -> list[tuple[int, int] | None]:
-    """For each element of ``PATH(index, D[0:size])`` (leaf to root): the leaf range ``[lo, hi)``
-    it hashes when it is a right-hand sibling (it covers entries after ``index``), None when left."""
-    lo, hi, m = 0, size, index
-    top_down: list[tuple[int, int] | None] = []
-    while hi - lo > 1:
-        k = 1 << ((hi - lo - 1).bit_length() - 1)
-        if m < k:
-            top_down.append((lo + k, hi))
-            hi = lo + k
-        else:
-            top_down.append(None)
-            lo, m = lo + k, m - k
-    return top_down[::-1]
-
-
-def parse_verifier(text: str) -> NoteVerifier:
-    """A C2SP verifier key ``NAME+KEYID+KEY`` from an answer or a file; raises ``SignatureError``."""
-    if not isinstance(text, str):
-        raise SignatureError("a verifier key is text")
-    return NoteVerifier.from_text(text)
-
-
-def parse_log_key(text: str) -> NoteVerifier:
-    """A log key given by a person (``NAME+KEYID+KEY``); ``UsageError`` when malformed."""
-    try:
-        return parse_verifier(text)
-    except SignatureError as e:
-        raise UsageError(
-            f"invalid log key: {e.message}",
-            hint="a log key is NAME+KEYID+KEY, as GET /api/v1/log/key answers in 'verifier_key' "
-            "(kvreg audit show REMOTE prints it)",
-        ) from e
-
-
-# --- checkpoints --------------------------------------------------------------------------------
-
-
-ProofFetcher = Callable[[int, int], LogProof]
-
-
-def verify_advance(
-    old: Checkpoint | None, new: Checkpoint, fetch_consistency: ProofFetcher, *, where: str = "the registry"
-) -> None:
-    """Check that the signed checkpoint ``new`` extends the verified ``old``; raise ``LogInconsistentError``.
-
-    ``fetch_consistency(m, n)`` answers the registry's consistency proof from size
-    ``m`` to size ``n``; it is verified against the two signed roots.
-    """
-    if old is None or old.size == 0:
-        return  # every log extends the empty one
-    if new.origin != old.origin:
-        raise LogInconsistentError(
-            f"{where}: its checkpoint names the log {new.origin!r}, not {old.origin!r}"
-        )
-    if new.size < old.size:
-        raise LogInconsistentError(
-            f"{where}: the audit log shrank from {old.size} to {new.size} entries since this store last saw "
-            "it: the registry was reset to an older state, or shows this client a fork of its history",
-            old_size=old.size,
-            new_size=new.size,
-        )
-    if new.size == old.size:
-        if new.root != old.root:
-            raise LogInconsistentError(
-                f"{where}: two different logs of {new.size} entries (roots {b64(old.root)} and "
-                f"{b64(new.root)}): the registry forked or rewrote its history",
-                size=new.size,
-            )
-        return
-    proof = fetch_consistency(old.size, new.size)
-    if proof.size != new.size:
-        raise LogInconsistentError(
-            f"{where}: asked for a consistency proof to size {new.size}, it answered one to size {proof.size}"
-        )
-    try:
-        verify_consistency(old.size, new.size, old.root, new.root, proof.hashes)
-    except MerkleProofError as e:
-        raise LogInconsistentError(
-            f"{where}: its audit log of {new.size} entries does not extend the log of {old.size} entries "
-            f"this store verified before: the registry rewrote its history ({e.message})",
-            old_size=old.size,
-            new_size=new.size,
-        ) from e
-
-
-# --- entries and claims -----------------------------------------------------------------------
-
-
-def parse_entry(entry: bytes, index: int) -> dict[str, Any]:
-    """An audit entry's JSON, checked to be an object whose ``seq`` is its position ``index``."""
-    doc = parse_json_object(
-        entry, what=f"audit entry {index}", max_bytes=MAX_ENTRY_BYTES, error=LogInconsistentError
-    )
-    if doc.get("seq") != index or isinstance(doc.get("seq"), bool):
-        raise LogInconsistentError(
-            f"audit entry at position {index} says it is entry {doc.get('seq')!r}: "
-            "the log was reordered or edited",
-            index=index,
-        )
-    if not isinstance(doc.get("type"), str):
-        raise LogInconsistentError(f"audit entry {index} has no type")
-    return doc
-
-
-_ANY: Any = object()
-
-
-@dataclass(frozen=True)
-class EntryClaim:
-    """What one audit entry must say: its index and the fields of the change it records.
-
-    ``old``/``new`` left at their default are not checked; ``None`` there means the
-    entry must say null.
-    """
-
-    index: int | None
-    what: str
-    types: frozenset[str]
-    namespace: str
-    subject: str | None = None
-    ref: str | None = None
-    old: Any = _ANY
-    new: Any = _ANY
-    latest: bool = False  # the entry must be the ref's latest change (see "Per-ref rollback")
-
-    def mismatch(self, doc: dict[str, Any]) -> str | None:
-        """Why ``doc`` does not record this change, or None when it does."""
-        if doc.get("type") not in self.types:
-            return f"it is a {doc.get('type')!r} entry, not {' or '.join(sorted(self.types))}"
-        if doc.get("namespace") != self.namespace:
-            return f"it is about namespace {doc.get('namespace')!r}, not {self.namespace!r}"
-        subjects = doc.get("subjects")
-        if self.subject is not None and (not isinstance(subjects, list) or self.subject not in subjects):
-            return f"its subjects do not include {self.subject}"
-        details = doc.get("details")
-        if self.ref is not None and (not isinstance(details, dict) or details.get("ref") != self.ref):
-            got = details.get("ref") if isinstance(details, dict) else None
-            return f"it is about ref {got!r}, not {self.ref!r}"
-        if self.old is not _ANY and doc.get("old") != self.old:
-            return f"it says the old value was {doc.get('old')!r}, not {self.old!r}"
-        if self.new is not _ANY and doc.get("new") != self.new:
-            return f"it says the new value is {doc.get('new')!r}, not {self.new!r}"
-        return None
-
-
-def ref_claim(
-    index: int | None,
-    namespace: str,
-    name: str,
-    digest: str,
-    *,
-    created: bool | None = None,
-    tag: bool = False,
-    old: str | None = None,
-) -> EntryClaim:
-    """The entry of a ref change to ``digest``: exactly this change when ``created`` is given
-    (True: created, ``tag.created`` for a tag; False: moved from ``old``), else the ref's latest change."""
-    ref = f"{namespace}/{name}"
-    if created is None:
-        return EntryClaim(
-            index, f"ref {ref} -> {digest}", REF_TYPES, namespace, digest, ref, new=digest, latest=True
-        )
-    if created:
-        types = frozenset({"tag.created" if tag else "ref.created"})
-        return EntryClaim(
-            index, f"ref {ref} created at {digest}", types, namespace, digest, ref, None, digest
-        )
-    return EntryClaim(
-        index,
-        f"ref {ref} moved {old} -> {digest}",
-        frozenset({"ref.moved"}),
-        namespace,
-        digest,
-        ref,
-        old,
-        digest,
-    )
-
-
-def envelope_claim(index: int | None, namespace: str, digest: str) -> EntryClaim:
-    """The entry that logged the envelope of manifest ``digest`` in ``namespace``."""
-    return EntryClaim(
-        index, f"envelope {namespace}@{digest}", frozenset({"envelope.stored"}), namespace, digest
-    )
-
-
-# --- the log of one remote during one command -------------------------------------------------------
 
 
 class RemoteLog:
@@ -883,17 +467,7 @@ class RemoteLog:
             )
             return "not checked"
         self._authenticate_suffix(i, bound, served)
-        value: str | None = claim.subject
-        last = i
-        for k, raw in enumerate(served[1:], start=i + 1):
-            doc = parse_entry(raw, k)
-            details = doc.get("details")
-            if doc.get("type") not in REF_CHANGE_TYPES or doc.get("namespace") != claim.namespace:
-                continue
-            if not isinstance(details, dict) or details.get("ref") != ref:
-                continue
-            new = doc.get("new")
-            value, last = (new if isinstance(new, str) else None), k
+        value, last = replay_ref(served, i, claim.namespace, ref, claim.subject)
         if value != claim.subject:
             raise RefRollbackError(
                 f"{self.where} serves ref {ref} at {claim.subject} (audit entry {i}), but its signed log "
@@ -930,18 +504,7 @@ class RemoteLog:
         siblings is the hash of the served entries it covers."""
         assert self.first is not None and self.first.size == size and len(served) == size - i
         proof = self.client.log_inclusion_proof(i, size)
-        ranges = _right_sibling_ranges(i, size)
-        leaves = [leaf_hash(e) for e in served]
-        problem = None
-        try:
-            verify_inclusion(leaves[0], i, size, proof.hashes, self.first.root)
-        except MerkleProofError as e:
-            problem = e.message
-        if problem is None and len(proof.hashes) != len(ranges):
-            problem = f"a proof of {len(proof.hashes)} hashes, not {len(ranges)}"
-        for h, r in zip(proof.hashes, ranges, strict=False):
-            if problem is None and r is not None and root_from_leaf_hashes(leaves[r[0] - i : r[1] - i]) != h:
-                problem = f"entries {r[0]}..{r[1] - 1} as served do not hash to the signed tree"
+        problem = suffix_problem(i, size, served, proof.hashes, self.first.root)
         if problem is not None:
             raise LogInconsistentError(
                 f"{self.where}: the audit entries {i}..{size - 1} it serves are not those of its signed log "
@@ -962,7 +525,7 @@ class RemoteLog:
             if stored is None:
                 if not self._new_pin:  # forgotten meanwhile (remote removed or replaced): do not re-pin
                     return
-                t = now()
+                t = rfc3339()
                 state = RemoteLogState(
                     self.name, url, self.verifier, t, "first-contact", self.note, self.current, t
                 )

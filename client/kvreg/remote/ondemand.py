@@ -31,8 +31,8 @@ from kvreg.core.errors import DigestMismatchError, UsageError
 from kvreg.core.manifest import Manifest
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.remote.pulling import known_sizes
 from kvreg.remote.staging import Staging
-from kvreg.remote.transfer import known_sizes
 from kvreg.store import access_log, eviction, leases
 from kvreg.store.home import Home
 

@@ -16,8 +16,8 @@ the receipt, so it is self-certifying). It is sent with
 logs it (``graft.receipt``). Sending the same receipt twice stores it once, so the
 transport's retries are safe.
 
-This module sends through :class:`kvreg.remote.http.RegistryClient`'s request
-helpers; it does not print and does not decide what a failure means for the graft
+This module builds and signs receipts; ``kvreg.remote.api.receipts`` sends and lists
+them. It does not print and does not decide what a failure means for the graft
 (``kvreg.cli.graft`` does).
 """
 
@@ -25,29 +25,25 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kvreg
 from kvreg.core.digest import Digest
-from kvreg.core.errors import ConfigError, KvregError, RemoteError, UsageError
+from kvreg.core.errors import ConfigError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import validate_namespace
 from kvreg.core.receipt import Receipt, format_time
-from kvreg.remote.config import validate_remote_name
+from kvreg.core.remote_names import validate_remote_name
+from kvreg.remote.api.receipts import SentReceipt
+from kvreg.remote.http import RegistryClient
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
 
-if TYPE_CHECKING:
-    from kvreg.remote.http import RegistryClient
-
 __all__ = [
     "CONFIG_SECTION",
-    "SentReceipt",
     "build_receipt",
     "configured_remote",
     "host_fields",
-    "list_receipts",
     "send_receipt",
 ]
 
@@ -134,61 +130,7 @@ def build_receipt(
     return Receipt.from_doc(doc)
 
 
-@dataclass(frozen=True, slots=True)
-class SentReceipt:
-    """The registry's answer: the receipt's id there, its digest, whether it was new, its entry."""
-
-    id: int
-    receipt_digest: str
-    created: bool
-    log_index: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "receipt_digest": self.receipt_digest,
-            "created": self.created,
-            "log_index": self.log_index,
-        }
-
-
 def send_receipt(client: RegistryClient, receipt: Receipt, key: SigningKey) -> SentReceipt:
     """Sign ``receipt`` with ``key`` and send it to the namespace it names."""
     body = receipt.sign(key).to_json_bytes()
-    reply = client._call(
-        "POST",
-        client._ns_url(receipt.namespace, "receipts"),
-        expect=(200, 201),
-        content=lambda: bytes(body),
-        headers={"Content-Type": "application/json"},
-    )
-    doc = client._json(reply, "POST receipt")
-    rid, digest, index = doc.get("id"), doc.get("receipt_digest"), doc.get("log_index")
-    if isinstance(rid, bool) or not isinstance(rid, int):
-        raise RemoteError("the registry's answer to a receipt has no id")
-    try:
-        digest = str(Digest(digest))
-    except KvregError as e:
-        raise RemoteError("the registry's answer to a receipt has no receipt digest") from e
-    if digest != str(Digest.of_bytes(receipt.to_payload())):
-        raise RemoteError(f"the registry stored receipt {digest}, not the one sent")
-    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
-        raise RemoteError("the registry's answer to a receipt has a malformed log index")
-    return SentReceipt(rid, digest, reply.status == 201, index)
-
-
-def list_receipts(
-    client: RegistryClient, namespace: str, *, digest: str | None = None, limit: int = 50, offset: int = 0
-) -> dict[str, Any]:
-    """``GET /namespaces/{ns}/receipts``: where and when an artifact (or any of the namespace's) was
-    grafted, newest first. The answer as the registry sent it (``receipts``, ``total``)."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    if digest is not None:
-        params["digest"] = str(Digest(digest))
-    doc = client._json(
-        client._call("GET", client._ns_url(namespace, "receipts"), params=params),
-        f"GET receipts of {namespace}",
-    )
-    if not isinstance(doc.get("receipts"), list):
-        raise RemoteError(f"the registry's receipt list of {namespace} is malformed")
-    return doc
+    return client.post_receipt(receipt.namespace, body, Digest.of_bytes(receipt.to_payload()))

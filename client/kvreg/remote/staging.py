@@ -18,7 +18,7 @@ A pull of the manifest ``sha256:<hex>`` stages its objects in
 
 ``gc`` does not remove staging folders (it only sweeps old ``*.incomplete``
 files directly in ``tmp/``). This module does not decide which objects to
-fetch or verify signatures (``kvreg.remote.transfer`` does).
+fetch or verify signatures (``kvreg.remote.pulling`` does).
 """
 
 from __future__ import annotations

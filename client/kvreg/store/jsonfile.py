@@ -1,6 +1,6 @@
 """Small JSON documents in ``$KVREG_HOME`` (``config.json``, ``credentials.json``): a lock file
 around read-modify-write, a bounded read that refuses anything but a JSON object, and an
-atomic write. Shared by ``kvreg.store.settings_file`` and ``kvreg.remote.config``, which own the
+atomic write. Shared by ``kvreg.store.settings_file`` and ``kvreg.remote.remotes``, which own the
 documents' contents; this module knows nothing of their keys.
 """
 

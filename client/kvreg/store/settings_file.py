@@ -148,7 +148,7 @@ def key(name: str) -> Key:
 
 
 def locked(home: Layout) -> contextlib.AbstractContextManager[None]:
-    """Exclusive lock on ``$KVREG_HOME/.config.lock`` (shared with ``kvreg.remote.config``)."""
+    """Exclusive lock on ``$KVREG_HOME/.config.lock`` (shared with ``kvreg.remote.remotes``)."""
     return jsonfile.locked(home, "config")
 
 

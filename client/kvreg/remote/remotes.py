@@ -24,13 +24,13 @@ The environment variable ``KVREG_TOKEN``, when set and not empty, is the token f
 every remote and takes precedence over ``credentials.json`` (for scripts and CI,
 where writing a credentials file is awkward).
 
-Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``); URLs are
+Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``; ``kvreg.core.remote_names``); URLs are
 ``http://`` or ``https://`` with a host, no user info, query or fragment. A URL
 may name the server root or its API root (``.../api/v1``); both are stored as the
 server root.
 
-This module does not talk to registries (``kvreg.remote.http`` does) beyond
-building a client for a named remote with :func:`connect`.
+This module does not talk to registries: ``kvreg.remote.http`` does, and its
+:func:`~kvreg.remote.http.connect` builds a client for a named remote from what is stored here.
 """
 
 from __future__ import annotations
@@ -41,39 +41,32 @@ import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from kvreg.core.remote_names import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
-
-if TYPE_CHECKING:
-    from kvreg.remote.http import RegistryClient
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "CREDENTIALS_NAME",
     "DEFAULT_MAX_CHECKPOINT_AGE",
-    "REMOTE_NAME_PATTERN",
     "TOKEN_ENV_VAR",
     "Credentials",
     "Remote",
     "RemoteAuth",
     "RemoteConfig",
-    "connect",
     "normalize_url",
     "parse_age",
-    "validate_remote_name",
     "validate_token",
 ]
 
-REMOTE_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 TOKEN_ENV_VAR = "KVREG_TOKEN"
 CREDENTIALS_NAME = "credentials.json"
 API_PREFIX = "/api/v1"
-_REMOTE_NAME_RE = re.compile(REMOTE_NAME_PATTERN, re.ASCII)
 # Header-safe token characters (RFC 6750 b64token); kvreg tokens are ``kvreg_<43 chars>``.
 _TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]{1,1024}=*", re.ASCII)
 DEFAULT_MAX_CHECKPOINT_AGE = 24 * 3600
@@ -82,17 +75,6 @@ _AGE_RE = re.compile(r"([0-9]{1,12})([smhd]?)", re.ASCII)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CONFIG_MODE = 0o644
 _CREDENTIALS_MODE = 0o600
-
-
-def validate_remote_name(name: str) -> str:
-    """Return ``name`` if it is a valid remote name, else raise ``UsageError``."""
-    if not isinstance(name, str) or _REMOTE_NAME_RE.fullmatch(name) is None or ".." in name:
-        raise UsageError(
-            f"invalid remote name {name!r}",
-            hint="1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit, "
-            "no '..' (e.g. origin)",
-        )
-    return name
 
 
 def normalize_url(url: str) -> str:
@@ -384,18 +366,3 @@ class Credentials:
             jsonfile.write_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
         log.info("removed the token of remote %s", name)
         return True
-
-
-def connect(home: Home, name: str, **client_options: Any) -> RegistryClient:
-    """A ``RegistryClient`` for the remote ``name`` with its token (if any).
-
-    ``client_options`` go to :class:`kvreg.remote.http.RegistryClient` (``timeout``,
-    ``retries``, ...). The caller closes the client (it is a context manager).
-    """
-    from kvreg.remote.http import RegistryClient
-
-    remote = RemoteConfig(home).get(name)
-    auth = Credentials(home).auth_for(name)
-    return RegistryClient(
-        remote.url, None if auth is None else auth.token, remote_name=name, **client_options
-    )

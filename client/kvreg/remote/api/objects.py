@@ -1,0 +1,149 @@
+"""Objects of a registry namespace: upload sessions, the missing-object query, uploads, downloads.
+
+``PUT``/``GET .../objects/{digest}`` stream; downloads resume and are hashed by the
+transport (``kvreg.remote.session``); this module does not compare the digest of a
+download with the one asked for, nor touch the local store (``kvreg.remote.pulling`` does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from kvreg.core.digest import Digest
+from kvreg.core.errors import NotFoundError, RemoteError, StoreError
+from kvreg.remote.api.core import ApiCore, jsonable_digests
+from kvreg.remote.session import Download, ProgressCallback, file_body
+
+__all__ = ["DEFAULT_MAX_MISSING_DIGESTS", "UPLOAD_HEADER", "ObjectsApi", "StoredObject"]
+
+UPLOAD_HEADER = "X-Kvreg-Upload"
+DEFAULT_MAX_MISSING_DIGESTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """The registry's answer to an object upload; ``stored``: the bytes were new to its storage."""
+
+    digest: Digest
+    size: int
+    stored: bool
+
+
+class ObjectsApi(ApiCore):
+    """The object endpoints of :class:`kvreg.remote.http.RegistryClient`."""
+
+    def open_upload(self, namespace: str, digests: Sequence[Digest]) -> tuple[str, list[Digest]]:
+        """Open an upload session listing ``digests`` (at most ``max_missing_digests``).
+
+        Returns ``(upload id, the digests the namespace does not hold)``. Until the
+        session is closed or expires, the registry's GC keeps every listed object.
+        """
+        body = {"digests": jsonable_digests(digests)}
+        reply = self._call("POST", self._ns_url(namespace, "uploads"), expect=(200, 201), json_body=body)
+        doc = self._json(reply, "open upload")
+        upload = doc.get("upload")
+        if not isinstance(upload, str | int) or isinstance(upload, bool) or str(upload) == "":
+            raise RemoteError("the registry's upload session has no id")
+        return str(upload), self._digest_list(doc.get("missing"), "the missing objects")
+
+    def close_upload(self, namespace: str, upload_id: str) -> None:
+        """Close an upload session (idempotent; an unknown session is fine; retried once only:
+        a session left open expires on its own)."""
+        try:
+            self._call("DELETE", self._ns_url(namespace, "uploads", upload_id), expect=(200, 204), retries=1)
+        except NotFoundError as e:
+            if e.code != "UPLOAD_UNKNOWN":
+                raise
+
+    def missing(self, namespace: str, digests: Sequence[Digest]) -> list[Digest]:
+        """The digests the namespace does not hold, asked in batches of ``max_missing_digests``."""
+        batch = self.limit("max_missing_digests", DEFAULT_MAX_MISSING_DIGESTS)
+        out: list[Digest] = []
+        items = list(digests)
+        for i in range(0, len(items), batch):
+            body = {"digests": jsonable_digests(items[i : i + batch])}
+            reply = self._call("POST", self._ns_url(namespace, "objects", "missing"), json_body=body)
+            out += self._digest_list(self._json(reply, "missing").get("missing"), "missing objects")
+        return out
+
+    def put_object(
+        self,
+        namespace: str,
+        digest: Digest,
+        source: str | os.PathLike[str] | BinaryIO,
+        size: int,
+        *,
+        upload_id: str | None = None,
+        progress_cb: ProgressCallback | None = None,
+    ) -> StoredObject:
+        """Upload an object, streamed from a file path or a seekable binary file.
+
+        ``size`` bytes are sent with ``Content-Length``; the registry hashes them
+        and refuses (``DigestMismatchError``, exit 3) bytes that are not ``digest``.
+        A retry sends the whole object again (``progress_cb`` is then called with
+        the negative count of bytes to send again).
+        """
+        digest = Digest(digest)
+        if size < 0:
+            raise StoreError(f"object {digest}: negative size {size}")
+        body_source: Path | BinaryIO = Path(source) if isinstance(source, str | os.PathLike) else source
+        origin = 0 if isinstance(body_source, Path) else body_source.tell()
+        sent = [0]
+
+        def body() -> Iterator[bytes]:
+            return file_body(body_source, size, digest, sent, progress_cb, origin)
+
+        def rewind() -> None:
+            if progress_cb is not None and sent[0]:
+                progress_cb(-sent[0])
+            sent[0] = 0
+
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        if upload_id is not None:
+            headers[UPLOAD_HEADER] = upload_id
+        reply = self._call(
+            "PUT",
+            self._ns_url(namespace, "objects", digest),
+            expect=(200, 201),
+            content=body,
+            headers=headers,
+            on_retry=rewind,
+        )
+        doc = self._json(reply, f"PUT object {digest}") if reply.body.strip() else {}
+        got = doc.get("digest", str(digest))
+        if got != digest:
+            raise RemoteError(f"the registry stored {got!r} when sent {digest}")
+        stored = doc.get("stored")
+        return StoredObject(digest, size, stored if isinstance(stored, bool) else reply.status == 201)
+
+    def get_object_to(
+        self,
+        namespace: str,
+        digest: Digest,
+        dest: str | os.PathLike[str],
+        *,
+        start: int = 0,
+        max_size: int | None = None,
+        progress_cb: ProgressCallback | None = None,
+    ) -> Download:
+        """Download an object into the file ``dest``, resuming after its first ``start`` bytes.
+
+        With ``start > 0`` the first ``start`` bytes already in ``dest`` are kept
+        (and hashed) and the rest is asked for with ``Range: bytes=start-``; a
+        server that ignores the range starts the file over (``progress_cb`` then
+        gets the negative count of bytes dropped). A connection broken in the
+        middle resumes from the bytes received. A redirect to a presigned storage
+        URL is followed without the token. The file is fsynced; the returned
+        digest is the SHA-256 of the whole file, which the caller compares with
+        ``digest`` (this method renames and deletes nothing). More than
+        ``max_size`` bytes raise ``DigestMismatchError``: they cannot be the object.
+        """
+        digest = Digest(digest)
+        url = self._ns_url(namespace, "objects", digest)
+        return self._session.download(
+            url, digest, Path(dest), start=start, max_size=max_size, progress_cb=progress_cb
+        )
