@@ -26,17 +26,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
@@ -123,7 +122,7 @@ def ask_cmd(
         raise UsageError("--namespace needs --remote")
     home = common.home(ctx)
     prompt_text = common.read_text_file(prompt_file, what="prompt file")
-    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
+    fields = bundle(dtype, threads, attn, profile, device, block_size).for_new()
     lm, _ = load_engine(out, model, fields, home)
     from kvreg.engine.ask import ask
 

@@ -18,17 +18,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
@@ -148,8 +147,8 @@ def deposit_cmd(
             f"the artifact until you run: kvreg trust add {ns} {public}"
         )
 
-    choice = EngineChoice(dtype, threads, attn, profile, device, block_size)
-    lm, load_seconds = load_engine(out, model, settings_for_new(choice), home)
+    choice = bundle(dtype, threads, attn, profile, device, block_size)
+    lm, load_seconds = load_engine(out, model, choice.for_new(), home)
     from kvreg.engine.deposit import deposit
 
     with out.status(f"prefilling and storing {ref_name}"):

@@ -18,8 +18,10 @@ import typer
 from rich.console import Console
 
 from kvreg import console as output
+from kvreg.app.engine_options import EngineOptions
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
-from kvreg.cli.engine_options import EngineChoice, ThreadsOpt, load_engine, settings_for_new
+from kvreg.cli.engine_options import ThreadsOpt
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError
 from kvreg.fileio.keyfiles import load_trust_policy
@@ -165,7 +167,7 @@ def flywheel_cmd(
         )
     from kvreg.flywheel.model import model_path
 
-    fields = settings_for_new(EngineChoice(None, threads, None, None, None, FLYWHEEL_BLOCK_SIZE))
+    fields = EngineOptions(threads=threads, block_size=FLYWHEEL_BLOCK_SIZE).for_new()
     lm, _ = load_engine(out, model or model_path(), fields, home)
     from kvreg.flywheel.loop import FlywheelSpec, Registry, run_flywheel
 

@@ -36,16 +36,15 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_recorded,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.digest import Digest
@@ -169,9 +168,7 @@ def graft_cmd(
         else _receipt_sender(home, artifact, receipt, receipt_key)
     )
     tokens = read_tokens(home, manifest)
-    fields = settings_for_recorded(
-        manifest.config_fields, EngineChoice(dtype, threads, attn, profile, device)
-    )
+    fields = bundle(dtype, threads, attn, profile, device).over_recorded(manifest.config_fields)
     lm, load_seconds = load_engine(out, model, fields, home)
     if shift_after_file is not None:
         prefix_text = common.read_text_file(shift_after_file, what="shift prefix file")
@@ -531,9 +528,7 @@ def verify_cmd(
     if not objects["tokens_ok"]:
         problems.append(f"tokens: {objects['tokens_message']}")
     if model is not None and not problems:
-        fields = settings_for_recorded(
-            manifest.config_fields, EngineChoice(dtype, threads, attn, profile, device)
-        )
+        fields = bundle(dtype, threads, attn, profile, device).over_recorded(manifest.config_fields)
         lm, _ = load_engine(out, model, fields, home)
         from kvreg.engine.check import recompute_artifact
         from kvreg.engine.graft import check_compatible

@@ -28,17 +28,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
@@ -99,7 +98,7 @@ def route_cmd(
         out.result(data, lambda console: _render_index(console, data["reindexed"]))
         return
     prompt_text = common.read_text_file(prompt_file, what="prompt file")
-    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
+    fields = bundle(dtype, threads, attn, profile, device, block_size).for_new()
     lm, _ = load_engine(out, model, fields, home)
     from kvreg.engine.route import route
 

@@ -34,6 +34,16 @@ from kvreg.engine.fingerprint import load_config_json, model_fingerprint, tokeni
 log = logging.getLogger(__name__)
 
 
+def silence_transformers(verbose: int) -> None:
+    """Keep transformers' logging and progress bars quiet unless ``verbose`` is 2 or more."""
+    if verbose >= 2:
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 @dataclass
 class LoadedModel:
     """A model directory loaded under a pinned config, with its fingerprints."""

@@ -1,4 +1,4 @@
-"""Put the numerics profile's environment in place before torch is imported.
+"""Put the numerics profile's environment in place before torch is imported, and keep libraries quiet.
 
 Some variables that decide the bits of a forward pass (``ATEN_CPU_CAPABILITY``,
 ``MKL_CBWR``, ``CUBLAS_WORKSPACE_CONFIG``, ...) are latched by torch, MKL and
@@ -9,6 +9,9 @@ environment is wrong, the process re-executes itself (``python -m kvreg`` with t
 same arguments and the completed environment); a second failure is an error, so
 it can never loop.
 
+:func:`quiet_libraries` sets the environment that keeps transformers offline and
+quiet, and filters its known harmless warnings (also before it is imported).
+
 This module never imports torch.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 
 from kvreg.core.errors import ConfigError
 from kvreg.engine import profiles
@@ -49,3 +53,23 @@ def prepare_numerics(profile: str, device: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "kvreg", *sys.argv[1:]], env)  # noqa: S606
+
+
+def quiet_libraries(verbose: int) -> None:
+    """Set the environment that keeps transformers offline and quiet (before it is imported)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if verbose < 2:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        for pattern in (
+            r".*`past_key_values` is deprecated",
+            r".*is deprecated and will be removed in version",
+            r".*TypedStorage is deprecated",
+            r".*torch\.utils\._pytree\._register_pytree_node is deprecated",
+            r".*`torch_dtype` is deprecated",
+            r".*sliding window attention.*",
+        ):
+            warnings.filterwarnings("ignore", message=pattern)
