@@ -33,7 +33,7 @@ def load_engine(
     quiet_libraries(feedback.verbose)
     with feedback.status("starting the engine (torch, transformers)"):
         # Imported here, not at the top: torch must load after the environment above is set.
-        from kvreg.engine.config import EngineSettings
+        from kvreg.engine.pinned import EngineSettings
         from kvreg.engine.runtime import load_model, silence_transformers
 
         silence_transformers(feedback.verbose)

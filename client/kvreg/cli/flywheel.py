@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from kvreg import console as output
+from kvreg.app import keyring
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.loader import load_engine
 from kvreg.cli import common
@@ -138,7 +139,7 @@ def flywheel_cmd(
     temperature: Annotated[float, typer.Option(min=0.01, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     key: Annotated[str, typer.Option("--key", metavar="NAME", help="The signing key's name.")] = (
-        common.DEFAULT_KEY_NAME
+        keyring.DEFAULT_KEY_NAME
     ),
     threads: ThreadsOpt = None,
     json_output: JsonOpt = False,
@@ -156,7 +157,7 @@ def flywheel_cmd(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    signing_key = common.load_signing_key(home, key)
+    signing_key = keyring.load_signing_key(home, key)
     if all(
         k.keyid != signing_key.public_key.keyid
         for k in load_trust_policy(home.trust_path).keys_for(namespace)
@@ -188,7 +189,7 @@ def flywheel_cmd(
     if push_to is None:
         report = run_flywheel(lm, home, signing_key, spec, progress=say).to_dict()
     else:
-        from kvreg.engine.ask import RemoteSource
+        from kvreg.app.ask import RemoteSource
         from kvreg.remote.auditlog import contact
 
         with contact(home, push_to) as (client, audit):

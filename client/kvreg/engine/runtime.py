@@ -28,8 +28,8 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError
-from kvreg.engine.config import DTYPES, EngineSettings, PinnedConfig
 from kvreg.engine.fingerprint import load_config_json, model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.pinned import DTYPES, EngineSettings, PinnedConfig
 
 log = logging.getLogger(__name__)
 
