@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -17,6 +17,8 @@ from kvreg.core.errors import UsageError
 from kvreg.store.home import Home
 
 _MAX_TEXT_BYTES = 256 * 1024 * 1024
+
+RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
 
 def home(ctx: typer.Context) -> Home:

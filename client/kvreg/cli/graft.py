@@ -1,4 +1,4 @@
-"""``kvreg graft`` and ``kvreg verify``: put a stored state back, and check artifacts.
+"""``kvreg graft``: put a stored state back into a model and continue decoding from it.
 
 ``graft`` opens the artifact (signature against the trust policy), reads its
 tokens, loads the model under the artifact's recorded config (options override
@@ -15,12 +15,8 @@ status), except that ``receipts.always`` quietly skips artifacts the remote does
 not have (their namespace or envelope is unknown there). A failed witness probe is
 reported too (``witness: fail``) before the graft's own error.
 
-``verify`` re-hashes every object of an artifact and checks the signature, the
-Merkle root and the token count; with ``--model --recompute`` it also recomputes
-every chunk and the witness. Any mismatch exits 3.
-
-The commands parse their arguments and render the reports of the use cases
-``kvreg.app.graft``, ``kvreg.app.shifted`` and ``kvreg.app.verify``, which read the
+The command parses its arguments and renders the report of the use case
+``kvreg.app.graft`` (``kvreg.app.shifted`` for ``--shift-after-file``), which reads the
 manifest before the engine loads (the recorded profile decides the environment
 torch must start with).
 """
@@ -40,8 +36,8 @@ from kvreg import console as output
 from kvreg.app import keyring
 from kvreg.app.graft import GraftReport, GraftRequest, graft
 from kvreg.app.shifted import ShiftedGraftReport, ShiftedGraftRequest, shifted_graft
-from kvreg.app.verify import VerifyReport, VerifyRequest, verify
 from kvreg.cli import common
+from kvreg.cli.common import RefArg
 from kvreg.cli.engine_options import (
     AttnOpt,
     DeviceOpt,
@@ -52,8 +48,6 @@ from kvreg.cli.engine_options import (
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
-
-RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
 
 def _check_table(check: dict[str, Any]) -> Table:
@@ -242,64 +236,5 @@ def _render_shifted(console: Console, report: ShiftedGraftReport) -> None:
     console.print(Panel(escape(data["output_text"]), title="decoded text (approximate)", expand=False))
 
 
-# --- verify ----------------------------------------------------------------------------
-
-
-def verify_cmd(
-    ctx: typer.Context,
-    ref: RefArg,
-    model: Annotated[
-        Path | None,
-        typer.Option("--model", metavar="MODEL", help="Also check that this model can graft the artifact."),
-    ] = None,
-    recompute: Annotated[
-        bool, typer.Option("--recompute", help="Recompute every chunk and the witness with --model.")
-    ] = False,
-    dtype: DtypeOpt = None,
-    threads: ThreadsOpt = None,
-    attn: AttnOpt = None,
-    profile: ProfileOpt = None,
-    device: DeviceOpt = None,
-    json_output: JsonOpt = False,
-) -> None:
-    """Verify an artifact: signature, Merkle root, every object's digest; --recompute with --model."""
-    out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    request = VerifyRequest(ref, model, recompute, bundle(dtype, threads, attn, profile, device))
-    report = verify(home, request, out)
-    out.result(report.to_dict(), lambda console: _render_verify(console, report), error=report.error)
-
-
-def _render_verify(console: Console, report: VerifyReport) -> None:
-    objects = report.objects
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row("artifact", f"{escape(report.ref or '-')} {report.manifest_digest}")
-    table.add_row("signature", "[green]trusted signer[/green]")
-    table.add_row("merkle root", f"[green]ok[/green] {report.merkle_root}")
-    table.add_row(
-        "objects",
-        f"{objects.checked} re-hashed ({objects.bytes_hashed} bytes), "
-        f"{len(objects.missing)} missing, {len(objects.corrupt)} damaged",
-    )
-    table.add_row(
-        "tokens",
-        f"{report.token_count} " + ("[green]ok[/green]" if objects.tokens_ok else "[red]bad[/red]"),
-    )
-    if report.compatible:
-        table.add_row("model", "[green]fingerprints match[/green]")
-    if report.recompute is not None:
-        r = report.recompute
-        state = "[green]byte-exact[/green]" if r["byte_exact"] else "[red]differs[/red]"
-        table.add_row(
-            "recompute",
-            f"{state}: {r['chunks_equal']}/{r['chunks']} chunks equal, witness equal: {r['witness_equal']}",
-        )
-    console.print(table)
-    console.print("[green]verified[/green]" if report.ok else "[red]verification failed[/red]")
-
-
 def register(app: typer.Typer) -> None:
     app.command("graft")(graft_cmd)
-    app.command("verify")(verify_cmd)

@@ -4,9 +4,9 @@ Global options come before the command: ``--home PATH`` (else ``$KVREG_HOME``,
 else ``~/.kvreg``), ``--json``, ``-v/--verbose`` (repeat for debug logs) and
 ``--version``. Every command also accepts ``--json`` after its own arguments.
 
-Nothing here imports torch: the engine is imported inside the commands that need
-it, after the numerics profile's environment is in place, so ``kvreg --help`` and
-the store commands start fast. Printing and exit codes live in
+Nothing here imports torch: the use cases (``kvreg.app``) import the engine when
+they run, after the numerics profile's environment is in place, so ``kvreg --help``
+and the store commands start fast. Printing and exit codes live in
 ``kvreg.console``; each command group lives in its own module.
 """
 
@@ -37,6 +37,7 @@ from kvreg.cli import (
     route,
     serve,
     trust,
+    verify,
 )
 
 HELP = (
@@ -111,6 +112,7 @@ def build_app() -> typer.Typer:
     trust.register(app)
     deposit.register(app)
     graft.register(app)
+    verify.register(app)
     route.register(app)
     ask.register(app)
     flywheel.register(app)
