@@ -93,3 +93,17 @@ def test_route_and_ask_find_the_deposit(deposited: Home, llama_dir: Path) -> Non
     assert asked.to_dict()["completion"] == asked.completion
     with pytest.raises(UsageError):
         answer(deposited, AskRequest(model=llama_dir, prompt_text=prompt, namespaces=("tests",)))
+
+
+def test_a_library_process_is_never_re_executed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch is loaded already (the fixtures imported it): outside the kvreg command a missing
+    profile environment is a ConfigError naming the variables, not an execve of this process."""
+    from kvreg.app import numerics
+    from kvreg.engine.profiles import PORTABLE_ENV
+
+    monkeypatch.setattr(numerics._Process, "may_reexec", False)
+    for name in PORTABLE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="torch latches at import") as raised:
+        numerics.prepare_numerics("portable", "cpu")
+    assert "ATEN_CPU_CAPABILITY" in str(raised.value.hint)

@@ -2,12 +2,13 @@
 
 Some variables that decide the bits of a forward pass (``ATEN_CPU_CAPABILITY``,
 ``MKL_CBWR``, ``CUBLAS_WORKSPACE_CONFIG``, ...) are latched by torch, MKL and
-oneDNN when they load (DESIGN.md §1). The commands that run the engine call
-:func:`prepare_numerics` as soon as they know the profile and device, and only
-then import ``kvreg.engine``. If torch is somehow loaded already and the
-environment is wrong, the process re-executes itself (``python -m kvreg`` with the
-same arguments and the completed environment); a second failure is an error, so
-it can never loop.
+oneDNN when they load (DESIGN.md §1). The use cases that run the engine call
+:func:`prepare_numerics` (through ``kvreg.app.loader``) as soon as they know the
+profile and device, and only then import ``kvreg.engine``. If torch is somehow
+loaded already and the environment is wrong, the ``kvreg`` command re-executes
+itself (``python -m kvreg`` with the same arguments and the completed
+environment; a second failure is an error, so it can never loop); any other
+process gets a ``ConfigError`` naming the variables.
 
 :func:`quiet_libraries` sets the environment that keeps transformers offline and
 quiet, and filters its known harmless warnings (also before it is imported).
@@ -30,16 +31,31 @@ log = logging.getLogger(__name__)
 REEXEC_MARKER = "KVREG_REEXECUTED"
 
 
+class _Process:
+    """Whether this process is the ``kvreg`` command, which may re-execute itself."""
+
+    may_reexec = False
+
+
+def allow_reexec() -> None:
+    """Declare this process the ``kvreg`` command: :func:`prepare_numerics` may re-execute it.
+
+    Only ``kvreg.cli.main.main`` calls this; a library caller that imported torch
+    under the wrong environment gets a ``ConfigError`` naming the variables instead.
+    """
+    _Process.may_reexec = True
+
+
 def prepare_numerics(profile: str, device: str) -> None:
-    """Make this process able to run ``profile`` on ``device`` exactly (may re-execute it)."""
+    """Make this process able to run ``profile`` on ``device`` exactly (the command may re-execute)."""
     prof = profiles.parse_profile(profile)
     cuda = device.startswith("cuda")
     missing = profiles.missing_environment(prof, cuda=cuda)
     if not missing:
         return
-    if not profiles.torch_already_imported():
+    if not profiles.torch_already_imported() or not _Process.may_reexec:
         log.debug("setting the %s profile's environment: %s", prof, missing)
-        profiles.ensure_environment(prof, cuda=cuda)
+        profiles.ensure_environment(prof, cuda=cuda)  # ConfigError once torch is imported
         return
     if os.environ.get(REEXEC_MARKER):
         needed = " ".join(f"{k}={v}" for k, v in sorted(missing.items()))

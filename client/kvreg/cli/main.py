@@ -21,6 +21,7 @@ import typer
 
 import kvreg
 from kvreg import console as output
+from kvreg.app.numerics import allow_reexec
 from kvreg.cli import (
     ask,
     audit,
@@ -130,6 +131,7 @@ def build_app() -> typer.Typer:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``kvreg`` script and of ``python -m kvreg``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    allow_reexec()  # this process is the kvreg command: it may re-execute itself for the numerics
     command = typer.main.get_command(build_app())
     root, ours = logging.getLogger(), logging.getLogger("kvreg")
     saved = (list(root.handlers), root.level, ours.level)
