@@ -4,7 +4,7 @@ One run, one process, on the bundled arithmetic model (``kvreg.flywheel``):
 
 1. **Baseline**: the frozen model answers ``--repeat`` easy and ``--repeat`` hard
    held-out questions (the library will cover them) and ``--unseen`` easy and hard
-   ones (it will not), greedily, with no cache, through ``kvreg.engine.ask`` with
+   ones (it will not), greedily, with no cache, through ``kvreg.app.ask`` with
    ``mode="off"``.
 2. **Library**: greedy answers that the checker verifies; else the first of
    ``--attempts`` seeded samples that verifies; else the exact solver's trace,
@@ -53,7 +53,7 @@ from kvreg.fileio.keyfiles import save_trust_policy
 
 def answer_line_variant(lm: Any, problems: list[Any], max_new_tokens: int) -> dict[str, Any]:
     """Plain generation with ``question + solution`` as the prompt: the answer line's cost."""
-    from kvreg.engine.route import plain_generate
+    from kvreg.engine.router import plain_generate
     from kvreg.flywheel.task import ANSWER_MARK, check_answer
 
     decoded, correct = [], 0
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from kvreg.cli.flywheel import FLYWHEEL_BLOCK_SIZE, render_flywheel
     from kvreg.core.keys import SigningKey
     from kvreg.core.trust import TrustPolicy
-    from kvreg.engine.config import EngineSettings
+    from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
     from kvreg.flywheel.loop import FlywheelSpec, run_flywheel
     from kvreg.flywheel.model import model_path

@@ -145,7 +145,7 @@ def bench_tokens(lm: Any, n: int) -> list[int]:
 def load(
     model_path: Path, dtype: str, threads: int, block_size: int, cache_dir: Path, profile: str = "native"
 ) -> Any:
-    from kvreg.engine.config import EngineSettings
+    from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
 
     settings = EngineSettings(

@@ -185,7 +185,7 @@ def small_model_dir(out: Path) -> Path:
 
 
 def load(model_path: Path, block_size: int, cache_dir: Path) -> Any:
-    from kvreg.engine.config import EngineSettings
+    from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
 
     threads = min(2, os.cpu_count() or 1)

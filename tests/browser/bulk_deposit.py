@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from kvreg.core.names import RefName
-from kvreg.engine.config import EngineSettings
 from kvreg.engine.deposit import deposit
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import load_model
 from kvreg.fileio.keyfiles import load_signing_key
 from kvreg.store.home import Home

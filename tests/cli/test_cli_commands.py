@@ -158,8 +158,8 @@ def test_trust_add_list_remove(capsys, tmp_path):
 
 
 def test_engine_defaults_known_before_torch_match_the_engine():
-    from kvreg.cli import engine_options
-    from kvreg.engine.config import EngineSettings
+    from kvreg.app import engine_options
+    from kvreg.engine.pinned import EngineSettings
 
     defaults = EngineSettings()
     assert defaults.device == engine_options.DEFAULT_DEVICE

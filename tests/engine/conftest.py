@@ -8,8 +8,8 @@ import pytest
 
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
-from kvreg.engine.config import EngineSettings
 from kvreg.engine.demo import QUESTION, SOLUTION
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.engine.tiny import build_model_dir
 from kvreg.fileio.keyfiles import save_trust_policy

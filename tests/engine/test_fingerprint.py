@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from kvreg.core.errors import ModelError
 from kvreg.engine import fingerprint as fp
-from kvreg.engine.config import EngineSettings, diff_fields
+from kvreg.engine.pinned import EngineSettings, diff_fields
 from kvreg.engine.tiny import build_tokenizer, perturb_one_weight
 
 

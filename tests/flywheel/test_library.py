@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.router import generate
 from kvreg.core.errors import UnverifiedArtifactError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.manifest import Manifest
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
-from kvreg.engine.config import EngineSettings
-from kvreg.engine.route import generate
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.flywheel import exam

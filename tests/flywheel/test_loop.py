@@ -10,7 +10,7 @@ import pytest
 
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
-from kvreg.engine.config import EngineSettings
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.flywheel.exam import easy_exam, hard_exam

@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from kvreg.engine.config import EngineSettings
 from kvreg.engine.fingerprint import model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.flywheel import exam
 from kvreg.flywheel.model import MODEL_DIR, model_path

@@ -28,8 +28,8 @@ BLOCK = "8"
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store with three verified flywheel artifacts (exact-solver entries), blocks of 8."""
-    from kvreg.cli.common import load_signing_key
-    from kvreg.engine.config import EngineSettings
+    from kvreg.app.keyring import load_signing_key
+    from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
     from kvreg.flywheel.exam import hard_exam
     from kvreg.flywheel.library import deposit_entries, solver_entry

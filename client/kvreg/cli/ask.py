@@ -2,7 +2,7 @@
 
 It loads MODEL under the engine options given (the artifacts it can use are
 those computed under the same config, block size included), tokenizes the prompt
-as ``graft --prompt-file`` does and calls :func:`kvreg.engine.ask.ask`: route
+as ``graft --prompt-file`` does and calls :func:`kvreg.app.ask.ask`: route
 over the local store (and, with ``--remote``, over the registry's route endpoint,
 pulling lazily and fetching only the chunks the graft reads), graft, decode.
 
@@ -14,11 +14,9 @@ exit status is 0 and the summary says why nothing was grafted.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -26,24 +24,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.ask import AskRequest, answer
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
-
-if TYPE_CHECKING:
-    from kvreg.engine.ask import RemoteSource
-    from kvreg.store.home import Home
 
 
 class AskMode(enum.StrEnum):
@@ -51,21 +44,6 @@ class AskMode(enum.StrEnum):
     knowledge = "knowledge"
     prefix = "prefix"
     off = "off"
-
-
-@contextlib.contextmanager
-def _remote_source(
-    home: Home, name: str | None, namespaces: list[str] | None
-) -> Iterator[RemoteSource | None]:
-    if name is None:
-        yield None
-        return
-    from kvreg.engine.ask import RemoteSource
-    from kvreg.remote.auditlog import contact
-
-    known = list(common.local_public_keys(home).values())
-    with contact(home, name) as (client, audit):
-        yield RemoteSource(client=client, audit=audit, namespaces=namespaces or None, known_keys=known)
 
 
 def ask_cmd(
@@ -123,23 +101,20 @@ def ask_cmd(
         raise UsageError("--namespace needs --remote")
     home = common.home(ctx)
     prompt_text = common.read_text_file(prompt_file, what="prompt file")
-    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
-    lm, _ = load_engine(out, model, fields, home)
-    from kvreg.engine.ask import ask
-
-    prompt = lm.encode(prompt_text, first=True)
-    with (
-        _remote_source(home, remote, namespace) as source,
-        out.status(f"answering ({mode}, {len(prompt)} tokens)"),
-    ):
-        result = ask(lm, home, prompt, mode=str(mode), remote=source, max_new_tokens=max_new_tokens)
-    completion = lm.tokenizer.decode(result.completion_tokens, skip_special_tokens=True)
-    data: dict[str, Any] = result.to_dict(completion)
-    data["config_fingerprint"] = str(lm.config.fingerprint)
-    data["model_fingerprint"] = str(lm.model_fp)
+    request = AskRequest(
+        model=model,
+        prompt_text=prompt_text,
+        mode=str(mode),
+        remote=remote,
+        namespaces=tuple(namespace or ()),
+        max_new_tokens=max_new_tokens,
+        engine=bundle(dtype, threads, attn, profile, device, block_size),
+    )
+    report = answer(home, request, out)
+    data = report.to_dict()
 
     def render(console: Console) -> None:
-        console.print(escape(completion), soft_wrap=True)
+        console.print(escape(report.completion), soft_wrap=True)
         table = Table(show_header=False, box=None, pad_edge=False)
         table.add_column(style="bold")
         table.add_column()

@@ -22,8 +22,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg import console as output
-from kvreg.cli.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE, quiet_libraries
-from kvreg.cli.reexec import prepare_numerics
+from kvreg.app.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE
+from kvreg.app.numerics import prepare_numerics, quiet_libraries
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError, UsageError
 
@@ -280,8 +280,8 @@ def demo_cmd(
     quiet_libraries(out.verbose)
     try:
         with out.status("starting the engine (torch, transformers)"):
-            from kvreg.cli.engine_options import silence_transformers
             from kvreg.engine.demo import run_demo
+            from kvreg.engine.runtime import silence_transformers
 
             silence_transformers(out.verbose)
 

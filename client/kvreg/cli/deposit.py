@@ -1,9 +1,10 @@
 """``kvreg deposit``: compute a text's KV state under a pinned config, sign it, store it.
 
 Arguments are checked before anything slow happens (ref name, files, evidence
-JSON, signing key); then the engine loads and ``kvreg.engine.deposit.deposit``
-does the work: prefill on the block grid, one chunk per block (chunks already in
-the store are not written again), manifest, signature, objects, envelope, ref.
+JSON); then the use case ``kvreg.app.deposit`` loads the signing key and the
+engine and does the work: prefill on the block grid, one chunk per block (chunks
+already in the store are not written again), manifest, signature, objects,
+envelope, ref. This module parses and renders.
 """
 
 from __future__ import annotations
@@ -18,23 +19,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app import keyring
+from kvreg.app.deposit import DepositReport, DepositRequest, deposit
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
-from kvreg.fileio.keyfiles import load_trust_policy
-from kvreg.store import pins
 
 _VERIFY_PANEL = "Verification and annotations"
 
@@ -98,7 +97,7 @@ def deposit_cmd(
         typer.Option("--tag", help="A free tag (repeatable).", rich_help_panel=_VERIFY_PANEL),
     ] = None,
     key: Annotated[str, typer.Option("--key", metavar="NAME", help="The signing key's name.")] = (
-        common.DEFAULT_KEY_NAME
+        keyring.DEFAULT_KEY_NAME
     ),
     dtype: DtypeOpt = None,
     threads: ThreadsOpt = None,
@@ -137,73 +136,54 @@ def deposit_cmd(
         annotations["tags"] = list(tag)
 
     home = common.home(ctx)
-    signing_key = common.load_signing_key(home, key)
-    if all(
-        k.keyid != signing_key.public_key.keyid
-        for k in load_trust_policy(home.trust_path).keys_for(ref_name.namespace)
-    ):
-        ns, public = ref_name.namespace, signing_key.public_key.to_text()
-        out.warn(
-            f"key {key!r} is not trusted for {ns!r} in this store; grafts here will refuse "
-            f"the artifact until you run: kvreg trust add {ns} {public}"
-        )
+    request = DepositRequest(
+        model=model,
+        ref=ref_name,
+        text=text,
+        prompt=prompt,
+        verification=verification,
+        annotations=annotations,
+        key=key,
+        engine=bundle(dtype, threads, attn, profile, device, block_size),
+        pin=pin,
+    )
+    report = deposit(home, request, out)
+    out.result(report.to_dict(), lambda console: _render(console, report))
 
-    choice = EngineChoice(dtype, threads, attn, profile, device, block_size)
-    lm, load_seconds = load_engine(out, model, settings_for_new(choice), home)
-    from kvreg.engine.deposit import deposit
 
-    with out.status(f"prefilling and storing {ref_name}"):
-        result = deposit(
-            lm,
-            home,
-            text=text,
-            ref=ref_name,
-            key=signing_key,
-            prompt=prompt,
-            verification=verification,
-            annotations=annotations,
-        )
-    if pin:
-        pins.pin(home, str(ref_name))
-    data = result.to_dict()
-    data["load_seconds"] = round(load_seconds, 6)
-    data["signer_keyid"] = signing_key.public_key.keyid
-    data["pinned"] = pin
-    data["eviction"] = result.write.eviction
-
-    def render(console: Console) -> None:
-        m = result.manifest
-        console.print(f"[green]Deposited[/green] {escape(str(ref_name))} -> {m.digest}")
-        table = Table(show_header=False, box=None, pad_edge=False)
-        table.add_column(style="bold")
-        table.add_column()
-        table.add_row("model", f"{escape(m.model.name)} ({m.model.architecture}, {m.model.dtype})")
-        table.add_row("config", f"{m.config.fingerprint.short()} (profile {m.config.profile})")
-        table.add_row("tokens", f"{m.token_count} in blocks of {m.block_size}")
+def _render(console: Console, report: DepositReport) -> None:
+    result = report.result
+    m = result.manifest
+    console.print(f"[green]Deposited[/green] {escape(str(result.ref))} -> {m.digest}")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("model", f"{escape(m.model.name)} ({m.model.architecture}, {m.model.dtype})")
+    table.add_row("config", f"{m.config.fingerprint.short()} (profile {m.config.profile})")
+    table.add_row("tokens", f"{m.token_count} in blocks of {m.block_size}")
+    table.add_row(
+        "chunks", f"{len(m.chunks)} ({result.new_chunks} new, {len(m.chunks) - result.new_chunks} shared)"
+    )
+    table.add_row(
+        "bytes",
+        f"{_human_size(result.write.bytes_new)} new of {_human_size(result.write.bytes_written)} written",
+    )
+    table.add_row("merkle root", str(m.merkle_root))
+    table.add_row("prefill", f"{result.prefill_seconds:.3f} s (model load {report.load_seconds:.2f} s)")
+    if report.verification is not None:
+        verification = report.verification
+        table.add_row("verification", f"{escape(verification['verifier'])}: {verification['verdict']}")
+    table.add_row("signed by", report.signer_keyid)
+    if report.pinned:
+        table.add_row("pinned", "yes (never evicted)")
+    ev = result.write.eviction
+    if ev is not None and ev["evicted"]:
         table.add_row(
-            "chunks", f"{len(m.chunks)} ({result.new_chunks} new, {len(m.chunks) - result.new_chunks} shared)"
+            "evicted",
+            f"{len(ev['evicted'])} other object(s), {_human_size(ev['bytes_freed'])}, "
+            "to stay under store.max-bytes",
         )
-        table.add_row(
-            "bytes",
-            f"{_human_size(result.write.bytes_new)} new of {_human_size(result.write.bytes_written)} written",
-        )
-        table.add_row("merkle root", str(m.merkle_root))
-        table.add_row("prefill", f"{result.prefill_seconds:.3f} s (model load {load_seconds:.2f} s)")
-        if verification is not None:
-            table.add_row("verification", f"{escape(verification['verifier'])}: {verification['verdict']}")
-        table.add_row("signed by", signing_key.public_key.keyid)
-        if pin:
-            table.add_row("pinned", "yes (never evicted)")
-        ev = result.write.eviction
-        if ev is not None and ev["evicted"]:
-            table.add_row(
-                "evicted",
-                f"{len(ev['evicted'])} other object(s), {_human_size(ev['bytes_freed'])}, "
-                "to stay under store.max-bytes",
-            )
-        console.print(table)
-
-    out.result(data, render)
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,50 +1,26 @@
-"""Engine options shared by ``deposit``, ``graft`` and ``verify``, and loading the engine lazily.
+"""The engine options of the commands that run the engine, declared once.
 
-The options (``--dtype``, ``--threads``, ``--attn``, ``--profile``, ``--device``,
-``--block-size``) are collected as plain values, without torch. For a deposit,
-unset options take the engine's defaults; for a graft or a verify they take the
-artifact's recorded config, and an option given on the command line overrides it
-(the config fingerprint then differs, and the engine refuses, naming the field:
-that is intended).
+``--dtype``, ``--threads``, ``--attn``, ``--profile``, ``--device`` and
+``--block-size`` are Typer ``Annotated`` aliases that ``deposit``, ``graft``,
+``verify``, ``route``, ``ask`` and ``flywheel`` reuse (same help texts, same
+panel); :func:`bundle` turns the values parsed into the one
+``kvreg.app.engine_options.EngineOptions`` every use case takes.
 
-:func:`load_engine` puts the numerics environment in place, imports
-``kvreg.engine`` (and with it torch), silences transformers' progress bars and
-known harmless warnings — in the CLI, not in the library — and loads the model
-under a status spinner.
+This module never imports torch; loading the engine is the use cases' job.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
-import os
 import re
-import time
-import warnings
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from kvreg.cli.reexec import prepare_numerics
-from kvreg.console import Output
-from kvreg.core.errors import ConfigError
-from kvreg.engine import profiles
-
-if TYPE_CHECKING:
-    from kvreg.engine.runtime import LoadedModel
-    from kvreg.store.home import Home
-
-log = logging.getLogger(__name__)
+from kvreg.app.engine_options import EngineOptions
 
 ENGINE_PANEL = "Engine (numerics)"
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?", re.ASCII)
-
-# Library defaults, repeated here so that they are known before torch loads
-# (kvreg.engine.config holds the same values; a test compares them).
-DEFAULT_DEVICE = "cpu"
-DEFAULT_PROFILE = profiles.DEFAULT_PROFILE
 
 
 class Dtype(enum.StrEnum):
@@ -115,90 +91,20 @@ BlockSizeOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class EngineChoice:
-    """What the user gave on the command line (None: not given)."""
-
-    dtype: str | None = None
-    threads: int | None = None
-    attn_implementation: str | None = None
-    profile: str | None = None
-    device: str | None = None
-    block_size: int | None = None
-
-    def given(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in ("dtype", "threads", "attn_implementation", "profile", "device", "block_size"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = str(value) if isinstance(value, enum.Enum) else value
-        return out
-
-
-def settings_for_recorded(recorded: dict[str, Any], choice: EngineChoice) -> dict[str, Any]:
-    """The settings of a recorded config, with the user's options over them."""
-    base: dict[str, Any] = {}
-    for name in ("dtype", "attn_implementation", "threads", "device", "profile", "block_size"):
-        if name not in recorded:
-            raise ConfigError(f"the artifact's recorded config has no {name!r} field")
-        base[name] = recorded[name]
-    overrides = choice.given()
-    if "block_size" in overrides and overrides["block_size"] != base["block_size"]:
-        raise ConfigError(
-            f"the artifact was computed in blocks of {base['block_size']} tokens; "
-            "its block size cannot change"
-        )
-    base.update(overrides)
-    return base
-
-
-def settings_for_new(choice: EngineChoice) -> dict[str, Any]:
-    """The settings of a new computation: the user's options, engine defaults for the rest."""
-    return choice.given()
-
-
-def quiet_libraries(verbose: int) -> None:
-    """Set the environment that keeps transformers offline and quiet (before it is imported)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if verbose < 2:
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        for pattern in (
-            r".*`past_key_values` is deprecated",
-            r".*is deprecated and will be removed in version",
-            r".*TypedStorage is deprecated",
-            r".*torch\.utils\._pytree\._register_pytree_node is deprecated",
-            r".*`torch_dtype` is deprecated",
-            r".*sliding window attention.*",
-        ):
-            warnings.filterwarnings("ignore", message=pattern)
-
-
-def silence_transformers(verbose: int) -> None:
-    if verbose >= 2:
-        return
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
-def load_engine(
-    out: Output, model_dir: str | Path, fields: dict[str, Any], home: Home
-) -> tuple[LoadedModel, float]:
-    """Prepare the numerics, import the engine and load the model; returns it and the seconds taken."""
-    prepare_numerics(str(fields.get("profile", DEFAULT_PROFILE)), str(fields.get("device", DEFAULT_DEVICE)))
-    quiet_libraries(out.verbose)
-    with out.status("starting the engine (torch, transformers)"):
-        from kvreg.engine.config import EngineSettings
-        from kvreg.engine.runtime import load_model
-
-        silence_transformers(out.verbose)
-    settings = EngineSettings(**fields)
-    started = time.perf_counter()
-    with out.status(f"loading model {model_dir}"):
-        lm = load_model(model_dir, settings, cache_dir=home.cache_dir)
-    return lm, time.perf_counter() - started
+def bundle(
+    dtype: Dtype | None = None,
+    threads: int | None = None,
+    attn: Attn | None = None,
+    profile: ProfileChoice | None = None,
+    device: str | None = None,
+    block_size: int | None = None,
+) -> EngineOptions:
+    """The engine options parsed, as the use cases take them (plain strings, None when not given)."""
+    return EngineOptions(
+        dtype=None if dtype is None else str(dtype),
+        threads=threads,
+        attn_implementation=None if attn is None else str(attn),
+        profile=None if profile is None else str(profile),
+        device=device,
+        block_size=block_size,
+    )

@@ -18,8 +18,11 @@ import typer
 from rich.console import Console
 
 from kvreg import console as output
+from kvreg.app import keyring
+from kvreg.app.engine_options import EngineOptions
+from kvreg.app.loader import load_engine
 from kvreg.cli import common
-from kvreg.cli.engine_options import EngineChoice, ThreadsOpt, load_engine, settings_for_new
+from kvreg.cli.engine_options import ThreadsOpt
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError
 from kvreg.fileio.keyfiles import load_trust_policy
@@ -136,7 +139,7 @@ def flywheel_cmd(
     temperature: Annotated[float, typer.Option(min=0.01, help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     key: Annotated[str, typer.Option("--key", metavar="NAME", help="The signing key's name.")] = (
-        common.DEFAULT_KEY_NAME
+        keyring.DEFAULT_KEY_NAME
     ),
     threads: ThreadsOpt = None,
     json_output: JsonOpt = False,
@@ -154,7 +157,7 @@ def flywheel_cmd(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    signing_key = common.load_signing_key(home, key)
+    signing_key = keyring.load_signing_key(home, key)
     if all(
         k.keyid != signing_key.public_key.keyid
         for k in load_trust_policy(home.trust_path).keys_for(namespace)
@@ -165,7 +168,7 @@ def flywheel_cmd(
         )
     from kvreg.flywheel.model import model_path
 
-    fields = settings_for_new(EngineChoice(None, threads, None, None, None, FLYWHEEL_BLOCK_SIZE))
+    fields = EngineOptions(threads=threads, block_size=FLYWHEEL_BLOCK_SIZE).for_new()
     lm, _ = load_engine(out, model or model_path(), fields, home)
     from kvreg.flywheel.loop import FlywheelSpec, Registry, run_flywheel
 
@@ -186,7 +189,7 @@ def flywheel_cmd(
     if push_to is None:
         report = run_flywheel(lm, home, signing_key, spec, progress=say).to_dict()
     else:
-        from kvreg.engine.ask import RemoteSource
+        from kvreg.app.ask import RemoteSource
         from kvreg.remote.auditlog import contact
 
         with contact(home, push_to) as (client, audit):

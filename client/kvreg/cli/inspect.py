@@ -18,6 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app import keyring
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.digest import Digest
@@ -103,7 +104,7 @@ def show(
             claimed = []
         signers = [*claimed, "[yellow](signature not checked: --unverified)[/yellow]"]
     else:
-        artifact = common.open_verified(home, target)
+        artifact = keyring.open_verified(home, target)
         manifest = artifact.manifest
         signers = [s.keyid or "?" for s in artifact.envelope.signatures]
     text: str | None = None

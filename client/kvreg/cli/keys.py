@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app import keyring
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.errors import KeyFileError
@@ -29,7 +30,7 @@ NameOpt = Annotated[str, typer.Option("--name", "-n", help="Key name (a file nam
 
 def generate(
     ctx: typer.Context,
-    name: NameOpt = common.DEFAULT_KEY_NAME,
+    name: NameOpt = keyring.DEFAULT_KEY_NAME,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing key of that name.")] = False,
     no_trust: Annotated[
         bool, typer.Option("--no-trust", help="Do not add the public key to this store's trust policy.")
@@ -39,7 +40,7 @@ def generate(
     """Generate a signing key (and trust it here for every namespace, unless --no-trust)."""
     out = output.get(ctx, json_output)
     home = common.home(ctx).ensure()
-    path = common.key_path(home, name)
+    path = keyring.key_path(home, name)
     if path.exists() and not force:
         raise KeyFileError(
             f"a key named {name!r} exists already ({path})",
@@ -48,7 +49,7 @@ def generate(
     key = SigningKey.generate()
     save_signing_key(key, path, overwrite=force)
     public = key.public_key
-    atomic_write_bytes(common.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
+    atomic_write_bytes(keyring.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
     trusted = False
     if not no_trust:
         policy = load_trust_policy(home.trust_path)
@@ -88,13 +89,13 @@ def list_keys(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     home = common.home(ctx)
     policy = load_trust_policy(home.trust_path)
     rows: list[dict[str, Any]] = []
-    for name, public in common.local_public_keys(home).items():
+    for name, public in keyring.local_public_keys(home).items():
         rows.append(
             {
                 "name": name,
                 "keyid": public.keyid,
                 "public_key": public.to_text(),
-                "private": common.key_path(home, name).exists(),
+                "private": keyring.key_path(home, name).exists(),
                 "trusted_for": _trusted_for(policy, public.keyid),
             }
         )
@@ -119,11 +120,13 @@ def list_keys(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     out.result({"keys": rows}, render)
 
 
-def export(ctx: typer.Context, name: NameOpt = common.DEFAULT_KEY_NAME, json_output: JsonOpt = False) -> None:
+def export(
+    ctx: typer.Context, name: NameOpt = keyring.DEFAULT_KEY_NAME, json_output: JsonOpt = False
+) -> None:
     """Print a key's public half (ed25519:...), for `kvreg trust add` elsewhere."""
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    public = common.local_public_keys(home).get(common.validate_key_name(name))
+    public = keyring.local_public_keys(home).get(keyring.validate_key_name(name))
     if public is None:
         raise KeyFileError(
             f"no key named {name!r} in {home.keys_dir}", hint="list them with: kvreg keys list"

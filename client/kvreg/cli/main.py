@@ -4,9 +4,9 @@ Global options come before the command: ``--home PATH`` (else ``$KVREG_HOME``,
 else ``~/.kvreg``), ``--json``, ``-v/--verbose`` (repeat for debug logs) and
 ``--version``. Every command also accepts ``--json`` after its own arguments.
 
-Nothing here imports torch: the engine is imported inside the commands that need
-it, after the numerics profile's environment is in place, so ``kvreg --help`` and
-the store commands start fast. Printing and exit codes live in
+Nothing here imports torch: the use cases (``kvreg.app``) import the engine when
+they run, after the numerics profile's environment is in place, so ``kvreg --help``
+and the store commands start fast. Printing and exit codes live in
 ``kvreg.console``; each command group lives in its own module.
 """
 
@@ -21,6 +21,7 @@ import typer
 
 import kvreg
 from kvreg import console as output
+from kvreg.app.numerics import allow_reexec
 from kvreg.cli import (
     ask,
     audit,
@@ -37,6 +38,7 @@ from kvreg.cli import (
     route,
     serve,
     trust,
+    verify,
 )
 
 HELP = (
@@ -111,6 +113,7 @@ def build_app() -> typer.Typer:
     trust.register(app)
     deposit.register(app)
     graft.register(app)
+    verify.register(app)
     route.register(app)
     ask.register(app)
     flywheel.register(app)
@@ -128,6 +131,7 @@ def build_app() -> typer.Typer:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``kvreg`` script and of ``python -m kvreg``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    allow_reexec()  # this process is the kvreg command: it may re-execute itself for the numerics
     command = typer.main.get_command(build_app())
     root, ours = logging.getLogger(), logging.getLogger("kvreg")
     saved = (list(root.handlers), root.level, ours.level)

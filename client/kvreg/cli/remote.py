@@ -38,6 +38,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app import keyring
 from kvreg.cli import common
 from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
 from kvreg.core.logverify import parse_log_key
@@ -402,7 +403,7 @@ def push(
     home = common.home(ctx)
     local = _parse_ref(ref, "REF")
     target = _parse_ref(as_, "--as") if as_ is not None else None
-    known = common.local_public_keys(home).values()
+    known = keyring.local_public_keys(home).values()
     with contact(home, name) as (client, audit), _progress(out, f"push {local}") as progress:
         report = push_artifact(
             home,
@@ -483,7 +484,7 @@ def pull(
     home = common.home(ctx)
     remote_ref = _parse_ref(ref, "REF")
     local = _parse_ref(as_, "--as") if as_ is not None else None
-    known = common.local_public_keys(home).values()
+    known = keyring.local_public_keys(home).values()
     with contact(home, name) as (client, audit), _progress(out, f"pull {remote_ref}") as progress:
         report = pull_artifact(
             home,

@@ -3,7 +3,7 @@
 It loads MODEL under the engine options given (the same options as ``deposit``:
 the artifacts it can find are those computed under the same config, block size
 included), tokenizes the prompt as ``graft --prompt-file`` does, and asks the
-router (``kvreg.engine.route``) for a plan in ``--mode prefix`` (the longest
+router (``kvreg.app.router``) for a plan in ``--mode prefix`` (the longest
 block-aligned shared prefix; the rest prefilled) or ``--mode knowledge`` (a
 verified, trusted artifact that begins with the prompt, grafted whole).
 ``--artifact REF`` forces one artifact: it is checked like any other (signature,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -28,17 +28,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.router import RouteRequest, route_prompt
 from kvreg.cli import common
 from kvreg.cli.engine_options import (
     AttnOpt,
     BlockSizeOpt,
     DeviceOpt,
     DtypeOpt,
-    EngineChoice,
     ProfileOpt,
     ThreadsOpt,
-    load_engine,
-    settings_for_new,
+    bundle,
 )
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
@@ -89,26 +88,20 @@ def route_cmd(
     if (model is None) != (prompt_file is None):
         raise UsageError("--model and --prompt-file go together")
     home = common.home(ctx)
-    data: dict[str, Any] = {}
-    if reindex:
-        from kvreg.store.router_index import RouteIndex
-
-        with out.status("rebuilding the route index"), RouteIndex(home) as index:
-            data["reindexed"] = index.rebuild().to_dict()
-    if model is None or prompt_file is None:
+    prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file is not None else None
+    request = RouteRequest(
+        model=model,
+        prompt_text=prompt_text,
+        mode=str(mode),
+        artifact=artifact,
+        reindex=reindex,
+        engine=bundle(dtype, threads, attn, profile, device, block_size),
+    )
+    report = route_prompt(home, request, out)
+    data = report.to_dict()
+    if report.plan is None:
         out.result(data, lambda console: _render_index(console, data["reindexed"]))
         return
-    prompt_text = common.read_text_file(prompt_file, what="prompt file")
-    fields = settings_for_new(EngineChoice(dtype, threads, attn, profile, device, block_size))
-    lm, _ = load_engine(out, model, fields, home)
-    from kvreg.engine.route import route
-
-    prompt = lm.encode(prompt_text, first=True)
-    with out.status(f"routing {len(prompt)} prompt tokens ({mode})"):
-        plan = route(home, lm, prompt, str(mode), artifact=artifact)
-    data.update(plan.to_dict())
-    data["config_fingerprint"] = str(lm.config.fingerprint)
-    data["model_fingerprint"] = str(lm.model_fp)
 
     def render(console: Console) -> None:
         if "reindexed" in data:

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app import keyring
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.keys import PublicKey
@@ -53,7 +54,7 @@ def list_trust(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     out = output.get(ctx, json_output)
     home = common.home(ctx)
     policy = load_trust_policy(home.trust_path)
-    local = {p.keyid: name for name, p in common.local_public_keys(home).items()}
+    local = {p.keyid: name for name, p in keyring.local_public_keys(home).items()}
     rows: list[dict[str, Any]] = [
         {
             "namespace": pattern,

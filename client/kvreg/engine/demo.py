@@ -41,9 +41,9 @@ from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import WILDCARD, TrustPolicy
 from kvreg.engine.check import check_graft, recompute_artifact
-from kvreg.engine.config import EngineSettings
 from kvreg.engine.deposit import deposit
 from kvreg.engine.graft import continue_decoding, graft
+from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import load_model, new_cache, prefill
 from kvreg.engine.tiny import build_model_dir, perturb_one_weight
 from kvreg.fileio.atomicfile import atomic_write_bytes
@@ -572,7 +572,7 @@ class _RegistryAct:
 
     def flywheel(self, spec: Any, threads: int, failures: list[str]) -> dict[str, Any]:
         """The flywheel act: library pushed by this home, second exam in a fresh home that pulls on demand."""
-        from kvreg.engine.ask import RemoteSource
+        from kvreg.app.ask import RemoteSource
         from kvreg.flywheel.loop import Registry
         from kvreg.remote.auditlog import RemoteLog
 

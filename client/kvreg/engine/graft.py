@@ -45,7 +45,7 @@ from kvreg.core.errors import (
 from kvreg.core.manifest import Manifest
 from kvreg.core.manifest_schema import ChunkEntry
 from kvreg.engine.chunks import ChunkLayout, parse_chunk
-from kvreg.engine.config import DTYPES, diff_fields
+from kvreg.engine.pinned import DTYPES, diff_fields
 from kvreg.engine.runtime import (
     Decoded,
     LoadedModel,

@@ -92,7 +92,7 @@ def ensure_environment(profile: Profile, *, cuda: bool = False) -> None:
     Before torch is imported the missing variables are simply set in this
     process's environment (torch, MKL and oneDNN read them at their first use).
     Once torch is imported it is too late: the CLI then re-executes itself (see
-    ``kvreg.cli.reexec``); library users set the variables before importing torch.
+    ``kvreg.app.numerics``); library users set the variables before importing torch.
     """
     missing = missing_environment(profile, cuda=cuda)
     if not missing:

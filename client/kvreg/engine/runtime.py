@@ -28,10 +28,20 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError
-from kvreg.engine.config import DTYPES, EngineSettings, PinnedConfig
 from kvreg.engine.fingerprint import load_config_json, model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.pinned import DTYPES, EngineSettings, PinnedConfig
 
 log = logging.getLogger(__name__)
+
+
+def silence_transformers(verbose: int) -> None:
+    """Keep transformers' logging and progress bars quiet unless ``verbose`` is 2 or more."""
+    if verbose >= 2:
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 @dataclass

@@ -5,7 +5,7 @@ model (or any model that speaks the addition task):
 
 a. **Baseline.** Every exam question — the *repeat* set (questions the library
    will cover) and the *unseen* set (held back from the library) — is answered
-   greedily with no cache (:func:`kvreg.engine.ask.ask` with ``mode="off"``):
+   greedily with no cache (:func:`kvreg.app.ask.ask` with ``mode="off"``):
    accuracy, decoded tokens, wall and CPU seconds per answer.
 b. **Library.** For each repeat question the greedy answer is kept if the checker
    verifies it; otherwise ``attempts`` seeded samples are drawn and the first
@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvreg.app.ask import AskResult, RemoteSource, ask
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
-from kvreg.engine.ask import AskResult, RemoteSource, ask
 from kvreg.engine.check import check_graft
 from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill
 from kvreg.flywheel.exam import easy_exam, hard_exam

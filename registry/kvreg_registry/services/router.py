@@ -13,7 +13,7 @@ envelopes of the namespaces the caller may read (the rule of search:
   same index* — key ``i`` of the prompt stored as block ``i``. Keys chain, so the
   largest such ``i`` gives ``i + 1``; a key stored at another index counts for nothing
   (the semantics of the local index, ``kvreg.store.router_index`` with
-  ``kvreg.engine.route``);
+  ``kvreg.engine.router``);
 - with no keys (a prompt shorter than one block), every such artifact, with
   ``matched_blocks`` 0.
 

@@ -9,19 +9,26 @@ This is what ``kvreg ask`` and the flywheel's exam call. One request runs:
    (``kvreg.remote.pulling.pull(lazy=True)``): its signature is checked against
    the local trust policy for its namespace and only the manifest and the tokens
    object are downloaded, verified, so the local router can compare tokens.
-2. **Route** (``kvreg.engine.route``) over the local store, in the mode asked:
+2. **Route** (``kvreg.app.router``) over the local store, in the mode asked:
    ``knowledge`` (a verified, trusted artifact that begins with the prompt, grafted
    whole), ``prefix`` (the longest block-aligned shared prefix; output identical to
    a run with no cache), ``auto`` (knowledge, then prefix) or ``off`` (no cache).
 3. **Fetch** (with a remote): exactly the chunks the chosen graft reads
    (``kvreg.remote.ondemand``), each hashed against the signed manifest before it
    enters the store, and leased so that eviction leaves them alone during the graft.
-4. **Graft and decode** (``route.generate_planned``), which compares the tokens
+4. **Graft and decode** (``kvreg.engine.router.generate_planned``), which compares the tokens
    once more right before the graft. Any refusal — misrouted tokens, another
    model or config, an unverified or untrusted artifact, a chunk that fails its
    digest or cannot be fetched — falls back to plain generation and says why.
 
-Nothing here prints; the result is a plain object the CLI renders.
+:func:`answer` is the ``kvreg ask`` use case: load the model, open the registry
+(with a remote), tokenize the prompt as ``graft --prompt-file`` does, ask, and
+report the completion. Falling back to plain generation is an answer, not a
+failure.
+
+Nothing here prints; the results are plain objects the CLI renders. The engine
+is imported inside the functions, once the model is loaded, so importing this
+module never imports torch.
 """
 
 from __future__ import annotations
@@ -31,21 +38,30 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvreg.app import keyring
+from kvreg.app.engine_options import EngineOptions
+from kvreg.app.feedback import Feedback, Silent
+from kvreg.app.loader import load_engine
+from kvreg.app.router import MODES as ROUTE_MODES
+from kvreg.app.router import route
 from kvreg.core.blockkey import block_keys
 from kvreg.core.errors import KvregError, UsageError
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
-from kvreg.engine.route import MODES as ROUTE_MODES
-from kvreg.engine.route import RoutedGeneration, RoutePlan, generate_planned, route
-from kvreg.engine.runtime import LoadedModel
 from kvreg.fileio.keyfiles import load_trust_policy
+from kvreg.remote.auditlog import contact
+from kvreg.remote.ondemand import ensure_objects, ensured, needed_for_graft
+from kvreg.remote.pulling import pull
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
     from kvreg.core.keys import PublicKey
+    from kvreg.engine.router import RoutedGeneration, RoutePlan
+    from kvreg.engine.runtime import LoadedModel
     from kvreg.remote.api.search import RouteCandidate
     from kvreg.remote.auditlog import RemoteLog
     from kvreg.remote.http import RegistryClient
@@ -171,6 +187,9 @@ def ask(
     probe: bool = True,
 ) -> AskResult:
     """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode."""
+    # Imported here, not at the top: the engine imports torch, and the model is loaded by now.
+    from kvreg.engine.router import RoutePlan, generate_planned
+
     if mode not in ASK_MODES:
         raise UsageError(f"unknown ask mode {mode!r}", hint=f"choose one of: {', '.join(ASK_MODES)}")
     if max_new_tokens < 1:
@@ -243,8 +262,6 @@ def _discover(
     policy: TrustPolicy,
 ) -> RemoteReport:
     """Ask the registry for candidates by block key and pull the useful new ones lazily."""
-    from kvreg.remote.pulling import pull
-
     report = RemoteReport()
     block = lm.config.block_size
     keys = block_keys(lm.model_fp, lm.tokenizer_fp, lm.config.fingerprint, prompt, block)
@@ -300,8 +317,6 @@ def _restore_tokens(
     home: Home, c: RouteCandidate, remote: RemoteSource, policy: TrustPolicy, report: RemoteReport
 ) -> None:
     """Fetch the tokens object of a local artifact that eviction removed (the router compares them)."""
-    from kvreg.remote.ondemand import ensure_objects
-
     for name in c.refs:
         ref = RefName(c.namespace, name)
         if home.refs.get_or_none(ref) != c.manifest_digest:
@@ -324,8 +339,6 @@ def _objects_for(
     home: Home, artifact: Artifact, blocks: int, remote: RemoteSource, report: RemoteReport, probe: bool
 ) -> Iterator[None]:
     """Make the objects a graft of ``blocks`` chunks of ``artifact`` reads present, leased for the block."""
-    from kvreg.remote.ondemand import ensured, needed_for_graft
-
     manifest = artifact.manifest
     namespace = artifact.ref.namespace if artifact.ref is not None else None
     needed = needed_for_graft(manifest, blocks, witness=not probe)
@@ -356,6 +369,8 @@ def _fetch_and_generate(
     options: dict[str, Any],
 ) -> RoutedGeneration:
     """Fetch the chunks ``plan`` reads (leased while grafting), then graft; refuse → plain."""
+    from kvreg.engine.router import generate_planned  # torch; the model is loaded by now
+
     timings: dict[str, float] = options["timings"]
     t = time.perf_counter()
     if plan.artifact is None:
@@ -370,3 +385,63 @@ def _fetch_and_generate(
         report.error = exc.to_dict()
         plan.refuse(exc)
         return generate_planned(lm, home, prompt, plan, **options)
+
+
+# --- the ``kvreg ask`` use case -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AskRequest:
+    model: Path
+    prompt_text: str
+    mode: str = "auto"
+    remote: str | None = None  # also route over this registry (kvreg remote add)
+    namespaces: Sequence[str] = ()  # with remote: route within these only (default: all readable)
+    max_new_tokens: int = 128
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
+
+@dataclass
+class AskReport:
+    result: AskResult
+    completion: str
+    config_fingerprint: str
+    model_fingerprint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.result.to_dict(self.completion)
+        data["config_fingerprint"] = self.config_fingerprint
+        data["model_fingerprint"] = self.model_fingerprint
+        return data
+
+
+@contextlib.contextmanager
+def _remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> Iterator[RemoteSource | None]:
+    if name is None:
+        yield None
+        return
+    known = list(keyring.local_public_keys(home).values())
+    with contact(home, name) as (client, audit):
+        yield RemoteSource(client=client, audit=audit, namespaces=list(namespaces) or None, known_keys=known)
+
+
+def answer(home: Home, request: AskRequest, feedback: Feedback | None = None) -> AskReport:
+    """Answer ``request.prompt_text`` with the best stored state that fits it (or none, and why)."""
+    feedback = feedback or Silent()
+    if request.namespaces and request.remote is None:
+        raise UsageError("--namespace needs --remote")
+    lm, _ = load_engine(feedback, request.model, request.engine.for_new(), home)
+    prompt = lm.encode(request.prompt_text, first=True)
+    with (
+        _remote_source(home, request.remote, request.namespaces) as source,
+        feedback.status(f"answering ({request.mode}, {len(prompt)} tokens)"),
+    ):
+        result = ask(
+            lm, home, prompt, mode=request.mode, remote=source, max_new_tokens=request.max_new_tokens
+        )
+    return AskReport(
+        result=result,
+        completion=lm.tokenizer.decode(result.completion_tokens, skip_special_tokens=True),
+        config_fingerprint=str(lm.config.fingerprint),
+        model_fingerprint=str(lm.model_fp),
+    )

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from kvreg.app.ask import ask
 from kvreg.core.errors import UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine import deposit
-from kvreg.engine.ask import ask
 from kvreg.engine.check import check_graft
-from kvreg.engine.config import EngineSettings
-from kvreg.engine.route import plain_generate
+from kvreg.engine.pinned import EngineSettings
+from kvreg.engine.router import plain_generate
 from kvreg.engine.runtime import LoadedModel, load_model, logits_digest
 from kvreg.flywheel.model import model_path
 from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer

@@ -1,35 +1,24 @@
-"""Route: given a prompt, find the stored state to graft — or none (DESIGN.md §3 "Route").
+"""The router's engine half: a route plan, and the checks and generation that carry it out.
 
-Two modes:
+The router (``kvreg.app.router`` finds the candidates: route index, trust policy,
+refs) plans a graft for a prompt in one of two modes (DESIGN.md §3 "Route"):
+**prefix** — the longest block-aligned shared prefix, the rest prefilled on the
+absolute grid, so every decode step is bit for bit that of a run with no cache —
+and **knowledge** — a verified, trusted artifact that begins with the prompt,
+grafted whole. This module holds what needs the model:
 
-- **prefix** — pure acceleration. The prompt's block keys (``kvreg.core.blockkey``,
-  under the local engine's model, tokenizer and config fingerprints and block size)
-  are looked up in the local route index (``kvreg.store.router_index``); the artifact
-  sharing the longest block-aligned prefix is grafted for those k blocks only and
-  the rest of the prompt is prefilled on the absolute grid, so the next-token logits
-  and every decode step are bit for bit those of a run with no cache. The graft
-  point is always on the grid (k full blocks), or the exact end of an artifact that
-  is the whole prompt; never an artifact's off-grid end followed by more prompt,
-  which a plain run would not split there.
-- **knowledge** — an artifact whose tokens *begin with* the prompt (the question),
-  whose signed manifest records the verdict ``pass`` and whose signer the local trust
-  policy trusts for its namespace, grafted whole: the model continues from the
-  verified solution. The prompt's full blocks are found by block key; the tokens of
-  the partial last block are compared from the tokens object.
+- :class:`RoutePlan`, what to graft or why nothing is (``fallback``);
+- :func:`accept_prefix` and :func:`accept_knowledge`, which take a candidate into
+  a plan or refuse it: another model, tokenizer or config
+  (``FingerprintMismatchError``), an unverified artifact, chunks not in the store,
+  or tokens that differ from the prompt over everything it would graft
+  (``RouteMismatchError`` at the first difference, :func:`verify_route`);
+- :func:`generate_planned`, which compares the tokens once more right before the
+  graft, grafts and decodes — and on any refusal runs the prompt with no cache
+  (:func:`plain_generate`). Never a silent wrong graft.
 
-Every candidate is opened through the signature check (``open_artifact``: a key
-trusted for the ref's namespace, or ``"*"`` for a digest no ref names); prefix mode
-needs a trusted signer too, since poisoned KV would change the output. Before any
-graft the engine refuses an artifact made with another model, tokenizer or config
-(``FingerprintMismatchError``, reused from the graft) and compares the artifact's
-tokens with the prompt one by one over everything it would graft — the whole prompt
-in knowledge mode — raising ``RouteMismatchError`` at the first difference. A
-refusal never raises out of :func:`route` or :func:`generate`: the plan says
-``fallback: true`` with the reason and the error, and :func:`generate` runs the
-prompt with no cache instead. Never a silent wrong graft.
-
-This module does not pull from registries and does not write to the store (the
-route index is a cache next to it).
+This module does not load trust policies, does not look up the route index, does
+not pull from registries and does not write to the store.
 """
 
 from __future__ import annotations
@@ -38,31 +27,18 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from kvreg.core.blockkey import block_keys
-from kvreg.core.digest import Digest
-from kvreg.core.errors import (
-    KvregError,
-    ObjectNotFoundError,
-    RouteMismatchError,
-    UnverifiedArtifactError,
-    UsageError,
-)
+from kvreg.core.errors import KvregError, ObjectNotFoundError, RouteMismatchError, UnverifiedArtifactError
 from kvreg.core.manifest import Manifest
-from kvreg.core.trust import TrustPolicy
 from kvreg.engine.graft import GraftOutcome, check_compatible, common_prefix, continue_decoding, graft
 from kvreg.engine.runtime import Decoded, LoadedModel, decode, new_cache, prefill
-from kvreg.fileio.keyfiles import load_trust_policy
-from kvreg.store.artifacts import Artifact, Target, open_artifact, read_tokens, resolve
+from kvreg.store.artifacts import Artifact, read_tokens
 from kvreg.store.home import Home
-from kvreg.store.router_index import IndexedManifest, RouteIndex
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["prefix", "knowledge"]
-MODES: tuple[str, ...] = ("prefix", "knowledge")
-PASS = "pass"
+PASS = "pass"  # the verdict of a verified artifact
 
 
 @dataclass
@@ -168,46 +144,14 @@ def verify_route(
             )
 
 
-# --- routing ---------------------------------------------------------------------------------
+# --- accepting a candidate ---------------------------------------------------------------------------------
 
 
-def _namespace_refs(home: Home) -> dict[Digest, list[Target]]:
-    refs: dict[Digest, list[Target]] = {}
-    entries, _problems = home.refs.scan()
-    for e in entries:
-        refs.setdefault(e.digest, []).append(Target(e.ref, e.digest))
-    return refs
-
-
-def _open_trusted(
-    home: Home, digest: Digest, refs: dict[Digest, list[Target]], policy: TrustPolicy
-) -> Artifact:
-    """The artifact, opened under the first ref whose namespace trusts its signer."""
-    targets = refs.get(digest) or [Target(None, digest)]
-    errors: list[KvregError] = []
-    for target in targets:
-        try:
-            return open_artifact(home, target, trust=policy)
-        except KvregError as exc:
-            errors.append(exc)
-    raise errors[0]
-
-
-def _skip(plan: RoutePlan, digest: Digest, error: KvregError | str, ref: object = None) -> None:
-    entry: dict[str, Any] = {"manifest_digest": str(digest), "ref": None if ref is None else str(ref)}
-    if isinstance(error, KvregError):
-        entry.update(reason=error.message, code=error.code)
-    else:
-        entry.update(reason=error, code=None)
-    plan.skipped.append(entry)
-    log.info("route: skipping %s: %s", digest, entry["reason"])
-
-
-def _missing_chunks(home: Home, manifest: Manifest, count: int) -> int:
+def missing_chunks(home: Home, manifest: Manifest, count: int) -> int:
     return sum(1 for c in manifest.chunks[:count] if not home.objects.has(c.digest))
 
 
-def _prefix_blocks(manifest: Manifest, tokens: Sequence[int], prompt: Sequence[int]) -> tuple[int, int, bool]:
+def prefix_blocks(manifest: Manifest, tokens: Sequence[int], prompt: Sequence[int]) -> tuple[int, int, bool]:
     """``(blocks, graft_tokens, whole)`` of a prefix graft on the grid; blocks 0 when none."""
     block = manifest.block_size
     total = len(tokens)
@@ -220,7 +164,7 @@ def _prefix_blocks(manifest: Manifest, tokens: Sequence[int], prompt: Sequence[i
     return max(k, 0), max(k, 0) * block, False
 
 
-def _accept_prefix(
+def accept_prefix(
     plan: RoutePlan,
     home: Home,
     lm: LoadedModel,
@@ -231,7 +175,7 @@ def _accept_prefix(
     manifest = artifact.manifest
     tokens = read_tokens(home, manifest)
     check_compatible(lm, manifest)
-    blocks, graft_tokens, whole = _prefix_blocks(manifest, tokens, prompt)
+    blocks, graft_tokens, whole = prefix_blocks(manifest, tokens, prompt)
     if blocks == 0:
         shared = common_prefix(tokens, list(prompt))
         raise RouteMismatchError(
@@ -241,14 +185,14 @@ def _accept_prefix(
             first_difference=shared,
         )
     verify_route(lm, manifest, tokens, prompt, graft_tokens)
-    missing = _missing_chunks(home, manifest, blocks) if require_chunks else 0
+    missing = missing_chunks(home, manifest, blocks) if require_chunks else 0
     if missing:
         raise ObjectNotFoundError(f"{missing} of the {blocks} chunks needed are not in the local store")
     plan.artifact, plan.artifact_tokens = artifact, tokens
     plan.blocks, plan.graft_tokens, plan.whole = blocks, graft_tokens, whole
 
 
-def _accept_knowledge(
+def accept_knowledge(
     plan: RoutePlan,
     home: Home,
     lm: LoadedModel,
@@ -265,114 +209,13 @@ def _accept_knowledge(
         )
     tokens = read_tokens(home, manifest)
     verify_route(lm, manifest, tokens, prompt, len(prompt))
-    missing = _missing_chunks(home, manifest, len(manifest.chunks)) if require_chunks else 0
+    missing = missing_chunks(home, manifest, len(manifest.chunks)) if require_chunks else 0
     if missing:
         raise ObjectNotFoundError(
             f"{missing} of the artifact's {len(manifest.chunks)} chunks are not in the local store"
         )
     plan.artifact, plan.artifact_tokens = artifact, tokens
     plan.blocks, plan.graft_tokens, plan.whole = len(manifest.chunks), len(tokens), True
-
-
-def route(
-    home: Home,
-    lm: LoadedModel,
-    prompt: Sequence[int],
-    mode: str = "prefix",
-    *,
-    artifact: str | None = None,
-    trust: TrustPolicy | None = None,
-    require_chunks: bool = True,
-) -> RoutePlan:
-    """Plan a graft for ``prompt`` (token ids, as the model reads them, BOS included).
-
-    ``artifact`` (``NS/NAME`` or ``sha256:…``) skips the lookup and routes to that
-    artifact; it is checked like any other and refused if it does not fit.
-    ``require_chunks=False`` accepts an artifact whose chunks are not all in the
-    local store (a caller that fetches them on demand, ``kvreg.engine.ask``); the
-    manifest and tokens object must be there.
-    """
-    if mode not in MODES:
-        raise UsageError(f"unknown route mode {mode!r}", hint=f"choose one of: {', '.join(MODES)}")
-    prompt = list(prompt)
-    if not prompt:
-        raise UsageError("the prompt has no tokens")
-    plan = RoutePlan(mode=mode, prompt_tokens=len(prompt))
-    policy = trust if trust is not None else load_trust_policy(home.trust_path)
-    accept = _accept_prefix if mode == "prefix" else _accept_knowledge
-    if artifact is not None:
-        try:
-            target = resolve(home, artifact)
-            accept(plan, home, lm, open_artifact(home, target, trust=policy), prompt, require_chunks)
-        except KvregError as exc:
-            log.warning("route: refusing %s: %s", artifact, exc.message)
-            return plan.refuse(exc)
-        return plan
-    with RouteIndex(home) as index:
-        plan.index = index.sync().to_dict()
-        candidates = (
-            _prefix_candidates(index, lm, prompt)
-            if mode == "prefix"
-            else _knowledge_candidates(index, lm, prompt)
-        )
-    refs = _namespace_refs(home)
-    for digest in candidates:
-        try:
-            opened = _open_trusted(home, digest, refs, policy)
-            accept(plan, home, lm, opened, prompt, require_chunks)
-        except KvregError as exc:
-            _skip(plan, digest, exc, (refs.get(digest) or [Target(None, digest)])[0].ref)
-            continue
-        return plan
-    if plan.skipped:
-        plan.reason = f"no usable artifact: {len(plan.skipped)} candidate(s) passed over"
-        last = plan.skipped[-1]
-        plan.error = {"code": last["code"] or "ROUTE_NONE", "message": last["reason"]}
-    else:
-        plan.reason = (
-            "no stored block matches the prompt"
-            if mode == "prefix"
-            else "no stored artifact begins with the prompt"
-        )
-    return plan
-
-
-def _fps(lm: LoadedModel) -> tuple[Digest, Digest, Digest]:
-    return lm.model_fp, lm.tokenizer_fp, lm.config.fingerprint
-
-
-def _prefix_candidates(index: RouteIndex, lm: LoadedModel, prompt: list[int]) -> list[Digest]:
-    """Artifacts sharing blocks with the prompt, longest shared prefix first."""
-    keys = block_keys(*_fps(lm), prompt, lm.config.block_size)
-    best: dict[Digest, int] = {}
-    for hit in index.lookup(keys):
-        if hit.index < len(keys) and keys[hit.index] == hit.block_key:
-            best[hit.digest] = max(best.get(hit.digest, -1), hit.end)
-    return [d for d, _ in sorted(best.items(), key=lambda item: (-item[1], str(item[0])))]
-
-
-def _knowledge_candidates(index: RouteIndex, lm: LoadedModel, prompt: list[int]) -> list[Digest]:
-    """Artifacts that may begin with the prompt: its full blocks by key, then by fingerprint.
-
-    Ranked: verdict ``pass`` recorded, then an artifact whose own prompt is exactly
-    this prompt, then the newest. The verdict and tokens are checked again after the
-    signature (the index is only a cache).
-    """
-    block = lm.config.block_size
-    full = len(prompt) // block
-    rows: list[IndexedManifest]
-    if full:
-        key = block_keys(*_fps(lm), prompt[: full * block], block)[-1]
-        digests = {h.digest for h in index.lookup([key]) if h.index == full - 1}
-        rows = [m for d in digests if (m := index.manifest(d)) is not None]
-    else:
-        model_fp, tokenizer_fp, config_fp = _fps(lm)
-        rows = index.manifests(model_fp=model_fp, tokenizer_fp=tokenizer_fp, config_fp=config_fp)
-    rows = [m for m in rows if m.token_count >= len(prompt) and m.block_size == block]
-    rows.sort(key=lambda m: str(m.digest))
-    rows.sort(key=lambda m: m.created or "", reverse=True)
-    rows.sort(key=lambda m: (m.verdict != PASS, m.prompt_tokens != len(prompt)))
-    return [m.digest for m in rows]
 
 
 # --- generating, with or without the routed graft ----------------------------------------
@@ -410,36 +253,6 @@ def plain_generate(
     return decode(lm, cache, logits, steps, stop_at_eos=stop_at_eos)
 
 
-def generate(
-    lm: LoadedModel,
-    home: Home,
-    prompt: Sequence[int],
-    *,
-    mode: str = "prefix",
-    max_new_tokens: int = 32,
-    artifact: str | None = None,
-    trust: TrustPolicy | None = None,
-    verify: bool = True,
-    probe: bool = True,
-    stop_at_eos: bool = False,
-) -> RoutedGeneration:
-    """Route, compare tokens, graft and decode; on any refusal, generate with no cache."""
-    started = time.perf_counter()
-    plan = route(home, lm, prompt, mode, artifact=artifact, trust=trust)
-    timings = {"route_seconds": time.perf_counter() - started}
-    return generate_planned(
-        lm,
-        home,
-        prompt,
-        plan,
-        max_new_tokens=max_new_tokens,
-        verify=verify,
-        probe=probe,
-        stop_at_eos=stop_at_eos,
-        timings=timings,
-    )
-
-
 def generate_planned(
     lm: LoadedModel,
     home: Home,
@@ -452,7 +265,7 @@ def generate_planned(
     stop_at_eos: bool = False,
     timings: dict[str, float] | None = None,
 ) -> RoutedGeneration:
-    """Carry out ``plan`` (from :func:`route`): compare tokens again, graft and decode.
+    """Carry out ``plan`` (from ``kvreg.app.router.route``): compare tokens again, graft and decode.
 
     On any refusal (tokens, fingerprints, a missing or corrupt chunk, a failed
     probe) the plan is marked refused and the prompt runs with no cache.
