@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.demo.texts import QUESTION, SOLUTION
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.config import EngineSettings
-from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.engine.tiny import build_model_dir
 from kvreg.fileio.keyfiles import save_trust_policy

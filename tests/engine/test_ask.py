@@ -13,10 +13,10 @@ from kvreg.engine import deposit
 from kvreg.engine.ask import ask
 from kvreg.engine.check import check_graft
 from kvreg.engine.config import EngineSettings
+from kvreg.engine.flywheel.model import model_path
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer
 from kvreg.engine.route import plain_generate
 from kvreg.engine.runtime import LoadedModel, load_model, logits_digest
-from kvreg.flywheel.model import model_path
-from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer
 from kvreg.store.home import Home
 
 SOLVED = Problem(123456, 654329)

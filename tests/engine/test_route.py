@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.demo.texts import QUESTION, SOLUTION
 from kvreg.core.blockkey import block_keys
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine import deposit
 from kvreg.engine.config import EngineSettings
-from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.route import generate, plain_generate, route
 from kvreg.engine.runtime import LoadedModel, load_model, logits_digest
 from kvreg.engine.tiny import build_model_dir
