@@ -53,8 +53,8 @@ from kvreg.fileio.keyfiles import save_trust_policy
 
 def answer_line_variant(lm: Any, problems: list[Any], max_new_tokens: int) -> dict[str, Any]:
     """Plain generation with ``question + solution`` as the prompt: the answer line's cost."""
+    from kvreg.engine.flywheel.task import ANSWER_MARK, check_answer
     from kvreg.engine.router import plain_generate
-    from kvreg.flywheel.task import ANSWER_MARK, check_answer
 
     decoded, correct = [], 0
     for p in problems:
@@ -85,13 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.repeat, args.unseen, args.attempts = 2, 1, 2
 
-    from kvreg.cli.flywheel import FLYWHEEL_BLOCK_SIZE, render_flywheel
+    from kvreg.app.flywheel.loop import FlywheelSpec, run_flywheel
+    from kvreg.cli.flywheel import render_flywheel
     from kvreg.core.keys import SigningKey
     from kvreg.core.trust import TrustPolicy
+    from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
     from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
-    from kvreg.flywheel.loop import FlywheelSpec, run_flywheel
-    from kvreg.flywheel.model import model_path
     from kvreg.store.home import Home
 
     work = args.out / "flywheel"
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     save_trust_policy(policy, home.trust_path)
     lm = load_model(
         model_path(),
-        EngineSettings(threads=args.threads, block_size=FLYWHEEL_BLOCK_SIZE),
+        EngineSettings(threads=args.threads, block_size=BLOCK_SIZE),
         cache_dir=home.cache_dir,
     )
     err = Console(stderr=True)

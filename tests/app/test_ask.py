@@ -12,11 +12,11 @@ from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine import deposit
 from kvreg.engine.check import check_graft
+from kvreg.engine.flywheel.model import model_path
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.router import plain_generate
 from kvreg.engine.runtime import LoadedModel, load_model, logits_digest
-from kvreg.flywheel.model import model_path
-from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer
 from kvreg.store.home import Home
 
 SOLVED = Problem(123456, 654329)

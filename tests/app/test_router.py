@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.demo.texts import QUESTION, SOLUTION
 from kvreg.app.router import generate, route
 from kvreg.core.blockkey import block_keys
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine import deposit
-from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.router import plain_generate
 from kvreg.engine.runtime import LoadedModel, load_model, logits_digest

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvreg.engine.demo import QUESTION, SOLUTION
+from kvreg.app.demo.texts import QUESTION, SOLUTION
 
 # The demo's texts: > 3 blocks of 16 tokens and longer than the tiny models' sliding window (24).
 TEXT = QUESTION + SOLUTION

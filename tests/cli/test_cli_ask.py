@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvreg.flywheel.model import model_path
-from kvreg.flywheel.task import ANSWER_MARK, Problem
+from kvreg.engine.flywheel.model import model_path
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem
 
 from .helpers import kvreg
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.demo.texts import QUESTION, SOLUTION
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
-from kvreg.engine.demo import QUESTION, SOLUTION
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.engine.tiny import build_model_dir

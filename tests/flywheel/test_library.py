@@ -7,17 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvreg.app.router import generate
-from kvreg.core.errors import UnverifiedArtifactError, UsageError
-from kvreg.core.keys import SigningKey
-from kvreg.core.manifest import Manifest
-from kvreg.core.names import RefName
-from kvreg.core.trust import TrustPolicy
-from kvreg.engine.pinned import EngineSettings
-from kvreg.engine.runtime import LoadedModel, load_model
-from kvreg.fileio.keyfiles import save_trust_policy
-from kvreg.flywheel import exam
-from kvreg.flywheel.library import (
+from kvreg.app.flywheel.library import (
     VERIFIER,
     LibraryEntry,
     choose_entries,
@@ -27,9 +17,19 @@ from kvreg.flywheel.library import (
     unsolved,
     verification_for,
 )
-from kvreg.flywheel.model import model_path
-from kvreg.flywheel.sampling import sample
-from kvreg.flywheel.task import ANSWER_MARK, Problem
+from kvreg.app.router import generate
+from kvreg.core.errors import UnverifiedArtifactError, UsageError
+from kvreg.core.keys import SigningKey
+from kvreg.core.manifest import Manifest
+from kvreg.core.names import RefName
+from kvreg.core.trust import TrustPolicy
+from kvreg.engine.flywheel import exam
+from kvreg.engine.flywheel.model import model_path
+from kvreg.engine.flywheel.sampling import sample
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem
+from kvreg.engine.pinned import EngineSettings
+from kvreg.engine.runtime import LoadedModel, load_model
+from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.store.artifacts import open_artifact, read_tokens
 from kvreg.store.home import Home
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.flywheel.loop import FlywheelSpec, run_flywheel, summarize
 from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
+from kvreg.engine.flywheel.exam import easy_exam, hard_exam
+from kvreg.engine.flywheel.model import model_path
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
 from kvreg.fileio.keyfiles import save_trust_policy
-from kvreg.flywheel.exam import easy_exam, hard_exam
-from kvreg.flywheel.loop import FlywheelSpec, run_flywheel, summarize
-from kvreg.flywheel.model import model_path
 from kvreg.store.artifacts import open_artifact
 from kvreg.store.home import Home
 

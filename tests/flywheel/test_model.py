@@ -14,12 +14,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from kvreg.engine.fingerprint import model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.flywheel import exam
+from kvreg.engine.flywheel.model import MODEL_DIR, model_path
+from kvreg.engine.flywheel.task import Problem
+from kvreg.engine.flywheel.tokenizer import build_tokenizer
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
-from kvreg.flywheel import exam
-from kvreg.flywheel.model import MODEL_DIR, model_path
-from kvreg.flywheel.task import Problem
-from kvreg.flywheel.tokenizer import build_tokenizer
 
 # Pinned: a re-save or retraining that changes the weights, config or tokenizer fails here.
 MODEL_FP = "sha256:fd4524e7483f6a882badda463481de2bb9d265f756ed122fc36bc78630952837"
@@ -47,7 +47,10 @@ def test_directory_contents() -> None:
 def test_training_record() -> None:
     record = json.loads((MODEL_DIR / "TRAINING.json").read_text())
     assert record["seed"] == 0
-    assert record["command"].startswith("python -m kvreg.flywheel.train")
+    # the record keeps the command as it was run (the module was kvreg.flywheel.train then)
+    assert record["command"].startswith(
+        ("python -m kvreg.flywheel.train", "python -m kvreg.engine.flywheel.train")
+    )
     held_out = record["held_out"]
     assert held_out["easy_greedy"]["accuracy"] > held_out["hard_greedy"]["accuracy"]
 
@@ -105,6 +108,6 @@ def test_greedy_matches_engine_decoding(lm: LoadedModel) -> None:
 
 
 def test_model_path_is_inside_the_package() -> None:
-    import kvreg.flywheel
+    import kvreg.engine.flywheel
 
-    assert model_path() == Path(kvreg.flywheel.__file__).resolve().parent / "model"
+    assert model_path() == Path(kvreg.engine.flywheel.__file__).resolve().parent / "model"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvreg.flywheel import exam
-from kvreg.flywheel.task import (
+from kvreg.engine.flywheel import exam
+from kvreg.engine.flywheel.task import (
     ALPHABET,
     Problem,
     check_answer,

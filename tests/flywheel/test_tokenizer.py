@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from kvreg.flywheel.task import ALPHABET, Problem, random_problem
-from kvreg.flywheel.tokenizer import SPECIAL_TOKENS, build_tokenizer
+from kvreg.engine.flywheel.task import ALPHABET, Problem, random_problem
+from kvreg.engine.flywheel.tokenizer import SPECIAL_TOKENS, build_tokenizer
 
 TOKENIZER = build_tokenizer()
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from kvreg.flywheel import exam
-from kvreg.flywheel.task import Problem
-from kvreg.flywheel.tokenizer import build_tokenizer
-from kvreg.flywheel.train import IGNORE, encode_example, main, make_batch
+from kvreg.engine.flywheel import exam
+from kvreg.engine.flywheel.task import Problem
+from kvreg.engine.flywheel.tokenizer import build_tokenizer
+from kvreg.engine.flywheel.train import IGNORE, encode_example, main, make_batch
 
 
 def test_encode_full_and_answer_only() -> None:

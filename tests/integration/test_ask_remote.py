@@ -28,12 +28,12 @@ BLOCK = "8"
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A store with three verified flywheel artifacts (exact-solver entries), blocks of 8."""
+    from kvreg.app.flywheel.library import deposit_entries, solver_entry
     from kvreg.app.keyring import load_signing_key
+    from kvreg.engine.flywheel.exam import hard_exam
+    from kvreg.engine.flywheel.model import model_path
     from kvreg.engine.pinned import EngineSettings
     from kvreg.engine.runtime import load_model
-    from kvreg.flywheel.exam import hard_exam
-    from kvreg.flywheel.library import deposit_entries, solver_entry
-    from kvreg.flywheel.model import model_path
     from kvreg.store.home import Home
 
     root = tmp_path_factory.mktemp("flywheel-depositor")
@@ -69,7 +69,7 @@ def _publish(registry: Registry, library: dict[str, Any], make_home) -> str:  # 
 
 
 def _ask(home: Path, tmp_path: Path, question: str, *extra: str) -> Any:
-    from kvreg.flywheel.model import model_path
+    from kvreg.engine.flywheel.model import model_path
 
     prompt = tmp_path / "question.txt"
     prompt.write_text(question, encoding="utf-8")
@@ -82,7 +82,7 @@ def _ask(home: Path, tmp_path: Path, question: str, *extra: str) -> Any:
 def test_ask_finds_pulls_and_grafts_through_the_registry(
     registry: Registry, library: dict[str, Any], make_home, tmp_path: Path
 ) -> None:
-    from kvreg.flywheel.task import ANSWER_MARK
+    from kvreg.engine.flywheel.task import ANSWER_MARK
 
     ns = _publish(registry, library, make_home)
     asking = make_home(registry, registry.user({ns: "read"}), trust={ns: library["public_key"]})
@@ -112,7 +112,7 @@ def test_ask_finds_pulls_and_grafts_through_the_registry(
     assert again["remote"]["fetched_objects"] == 0
 
     # An unseen question: nothing is pulled as knowledge, plain generation, exit 0.
-    from kvreg.flywheel.exam import hard_exam
+    from kvreg.engine.flywheel.exam import hard_exam
 
     unseen = hard_exam()[10]
     plain = _ask(asking, tmp_path, unseen.question())
@@ -143,7 +143,7 @@ def test_an_untrusted_signer_is_never_grafted(
 def test_a_library_larger_than_the_store_budget_answers_every_question(
     registry: Registry, library: dict[str, Any], make_home, tmp_path: Path
 ) -> None:
-    from kvreg.flywheel.task import ANSWER_MARK
+    from kvreg.engine.flywheel.task import ANSWER_MARK
     from kvreg.store.home import Home
 
     ns = _publish(registry, library, make_home)

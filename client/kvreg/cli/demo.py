@@ -1,9 +1,9 @@
 """``kvreg demo``: deposit, dedupe, graft byte-exactly, refuse, recompute, share through a
 registry — offline, in well under a minute.
 
-The work happens in ``kvreg.engine.demo.run_demo`` in a work folder with its own
-store and key (a temporary one unless ``--workdir``); this module prepares the
-environment, shows progress on stderr and renders the report. It exits 3 if a
+The work happens in the use case ``kvreg.app.demo.scenario.run_demo`` in a work
+folder with its own store and key (a temporary one unless ``--workdir``); this
+module prepares the environment, shows progress on stderr and renders the report. It exits 3 if a
 check fails. The registry act starts ``kvreg serve`` on 127.0.0.1 and stops it
 before the command returns; ``--no-registry`` leaves it out.
 """
@@ -24,6 +24,7 @@ from rich.table import Table
 from kvreg import console as output
 from kvreg.app.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE
 from kvreg.app.numerics import prepare_numerics, quiet_libraries
+from kvreg.cli.flywheel import render_flywheel
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError, UsageError
 
@@ -199,8 +200,6 @@ def _render_registry(console: Console, g: dict[str, Any]) -> None:
 
 
 def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
-    from kvreg.cli.flywheel import render_flywheel
-
     f = r["flywheel"]
     if "error" in f:
         e = f["error"]
@@ -280,7 +279,9 @@ def demo_cmd(
     quiet_libraries(out.verbose)
     try:
         with out.status("starting the engine (torch, transformers)"):
-            from kvreg.engine.demo import run_demo
+            # imported here (torch): the numerics profile must be in place first
+            from kvreg.app.demo.scenario import run_demo
+            from kvreg.app.flywheel.loop import FlywheelSpec
             from kvreg.engine.runtime import silence_transformers
 
             silence_transformers(out.verbose)
@@ -290,20 +291,19 @@ def demo_cmd(
 
         spec = None
         if not no_flywheel:
-            from kvreg.flywheel.loop import FlywheelSpec
-
             spec = FlywheelSpec(
                 repeat_easy=repeat, repeat_hard=repeat, unseen_easy=unseen, unseen_hard=unseen
             )
-        report = run_demo(work, threads=threads, registry=not no_registry, flywheel=spec, progress=progress)
+        result = run_demo(work, threads=threads, registry=not no_registry, flywheel=spec, progress=progress)
     finally:
         if temporary and not keep:
             shutil.rmtree(work, ignore_errors=True)
     if temporary and keep:
         out.note(f"work folder kept: {escape(str(work))}")
+    report = result.to_dict()
     error = None
-    if not report["ok"]:
-        error = NotByteExactError("the demo failed: " + "; ".join(report["failures"]))
+    if not result.ok:
+        error = NotByteExactError("the demo failed: " + "; ".join(result.failures))
     out.result(report, lambda c: _render(c, report), error=error)
 
 

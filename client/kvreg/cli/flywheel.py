@@ -1,6 +1,6 @@
 """``kvreg flywheel``: exam the frozen model, build a verified library, exam again through ``ask``.
 
-It runs :func:`kvreg.flywheel.loop.run_flywheel` in this store with the bundled
+It runs the flywheel use case (:func:`kvreg.app.flywheel.run.run_in_store`) in this store with the bundled
 arithmetic model (or ``--model``), signs the deposits with ``--key``, and with
 ``--push REMOTE`` pushes the library to a registry (the second exam then also
 routes over that registry). The table at the end is the one in docs/flywheel.md;
@@ -20,14 +20,13 @@ from rich.console import Console
 from kvreg import console as output
 from kvreg.app import keyring
 from kvreg.app.engine_options import EngineOptions
+from kvreg.app.flywheel.preflight import signer_trusted
 from kvreg.app.loader import load_engine
 from kvreg.cli import common
 from kvreg.cli.engine_options import ThreadsOpt
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError
-from kvreg.fileio.keyfiles import load_trust_policy
-
-FLYWHEEL_BLOCK_SIZE = 8  # a question is about 20 tokens: its full blocks find the artifact by key
+from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
 
 
 def render_flywheel(console: Console, report: dict[str, Any], *, title: str = "the flywheel") -> None:
@@ -158,19 +157,16 @@ def flywheel_cmd(
     out = output.get(ctx, json_output)
     home = common.home(ctx)
     signing_key = keyring.load_signing_key(home, key)
-    if all(
-        k.keyid != signing_key.public_key.keyid
-        for k in load_trust_policy(home.trust_path).keys_for(namespace)
-    ):
+    if not signer_trusted(home, signing_key.public_key, namespace):
         out.warn(
             f"key {key!r} is not trusted for {namespace!r} in this store: the second exam will not graft "
             f"the library (kvreg trust add {namespace} {signing_key.public_key.to_text()})"
         )
-    from kvreg.flywheel.model import model_path
-
-    fields = EngineOptions(threads=threads, block_size=FLYWHEEL_BLOCK_SIZE).for_new()
+    fields = EngineOptions(threads=threads, block_size=BLOCK_SIZE).for_new()
     lm, _ = load_engine(out, model or model_path(), fields, home)
-    from kvreg.flywheel.loop import FlywheelSpec, Registry, run_flywheel
+    # imported once the engine is loaded (torch): the numerics profile must be in place first
+    from kvreg.app.flywheel.loop import FlywheelSpec
+    from kvreg.app.flywheel.run import run_in_store
 
     spec = FlywheelSpec(
         repeat_easy=repeat_easy,
@@ -186,17 +182,7 @@ def flywheel_cmd(
     def say(message: str) -> None:
         out.note(f"[dim]flywheel:[/dim] {message}")
 
-    if push_to is None:
-        report = run_flywheel(lm, home, signing_key, spec, progress=say).to_dict()
-    else:
-        from kvreg.app.ask import RemoteSource
-        from kvreg.remote.auditlog import contact
-
-        with contact(home, push_to) as (client, audit):
-            registry = Registry(
-                push_client=client, reader=RemoteSource(client=client, audit=audit), home=home
-            )
-            report = run_flywheel(lm, home, signing_key, spec, registry=registry, progress=say).to_dict()
+    report = run_in_store(lm, home, signing_key, spec, push_to=push_to, progress=say).to_dict()
     m = report["metrics"]
     error = None
     if m["wrong_grafts"] or m["byte_exact_passed"] != m["byte_exact_checks"]:

@@ -1,7 +1,8 @@
 """``kvreg remote add|list|remove``, ``login``, ``logout``, ``push``, ``pull``, ``ls-remote``.
 
-Thin commands over ``kvreg.remote``: they parse arguments, build a client for a
-named remote, call the library and render its report. On a terminal (and without
+Thin commands over the use cases ``kvreg.app.remotes``, ``login``, ``push``,
+``pull`` and ``ls_remote``: they parse arguments, call the use case and render
+its report. On a terminal (and without
 ``--json``) transfers show rich progress bars on stderr; with ``--json`` there is
 no progress and the report is the one JSON document on stdout. Tokens are read
 from ``--token``, from stdin (``--token-stdin``) or from a hidden prompt, checked
@@ -11,9 +12,9 @@ Every command that contacts a registry (login, push, pull, ls-remote) verifies
 its audit log's signed checkpoint against the key pinned for the remote and the
 checkpoint seen before (``kvreg.remote.auditlog``), and stores the new one only
 when the command succeeds. ``remote add`` contacts nothing; ``--log-key`` pins a
-key learned out of band, ``--replace`` forgets the pin (a human decision);
-``--max-checkpoint-age`` sets how old a signed checkpoint may be before the remote
-is taken for frozen (``kvreg.remote.remotes``).
+key learned out of band, ``--replace`` forgets the pin (a human decision; the
+policy is ``kvreg.app.remotes.add_remote``'s); ``--max-checkpoint-age`` sets how
+old a signed checkpoint may be before the remote is taken for frozen.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
@@ -38,21 +39,14 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from kvreg import console as output
-from kvreg.app import keyring
+from kvreg.app import keyring, remotes
+from kvreg.app import login as login_case
+from kvreg.app.ls_remote import list_remote_refs
+from kvreg.app.pull import pull_from_remote
+from kvreg.app.push import push_to_remote
 from kvreg.cli import common
-from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
-from kvreg.core.logverify import parse_log_key
-from kvreg.core.names import RefName, validate_namespace
-from kvreg.core.remote_names import validate_remote_name
-from kvreg.remote.auditlog import RemoteLog, contact
-from kvreg.remote.http import RegistryClient
-from kvreg.remote.progress import NullProgress, Progress
-from kvreg.remote.pulling import PullReport
-from kvreg.remote.pulling import pull as pull_artifact
-from kvreg.remote.pushing import PushReport
-from kvreg.remote.pushing import push as push_artifact
-from kvreg.remote.remotes import Credentials, RemoteConfig, parse_age, validate_token
-from kvreg.store.audit_state import RemoteLogStore
+from kvreg.core.errors import UsageError
+from kvreg.core.names import RefName
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout (no progress).")]
 RemoteArg = Annotated[str, typer.Argument(metavar="NAME", help="A remote's name (see: kvreg remote list).")]
@@ -101,7 +95,7 @@ def _parse_ref(value: str, what: str) -> RefName:
 
 
 class _Bars:
-    """A ``Progress`` (kvreg.remote.progress) drawn with rich on stderr: bytes, rate, ETA, objects."""
+    """A transfer's ``Progress`` (kvreg.remote.progress's protocol) on stderr: bytes, rate, ETA, objects."""
 
     def __init__(self, console: Console, label: str) -> None:
         self._label = label
@@ -145,9 +139,9 @@ class _Bars:
 
 
 @contextmanager
-def _progress(out: output.Output, label: str) -> Iterator[Progress]:
+def _progress(out: output.Output, label: str) -> Iterator[_Bars | None]:
     if out.json or not out.err.is_terminal:
-        yield NullProgress()
+        yield None
         return
     bars = _Bars(out.err, label)
     try:
@@ -203,57 +197,24 @@ def remote_add(
       kvreg remote add origin https://registry.example.org --replace --log-key 'kvreg-log-...+...+...'
     """
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    config, pins = RemoteConfig(home), RemoteLogStore(home)
-    validate_remote_name(name)
-    if log_key is not None:
-        log_key = parse_log_key(log_key).to_text()
-    max_age = None if max_checkpoint_age is None else parse_age(max_checkpoint_age)
-    try:
-        existed = config.get(name).url
-    except NotFoundError:
-        existed = None
-    if log_key is not None and existed is not None and not replace:
-        pinned = pins.load(name)
-        if pinned is not None and pinned.verifier.to_text() != log_key:
-            raise AlreadyExistsError(
-                f"remote {name!r} has another audit-log key pinned ({pinned.verifier.to_text()})",
-                hint="changing it is a deliberate decision: "
-                f"kvreg remote add {name} URL --replace --log-key KEY",
-                remote=name,
-            )
-    remote = config.add(name, url, replace=replace, max_checkpoint_age=max_age)
-    forgot = pins.reset(name) if existed is None or replace else False
-    pinned_key = None
-    if log_key is not None:
-        pinned_key = pins.pin(name, remote.url, log_key).verifier.to_text()
-    data: dict[str, Any] = {"name": remote.name, "url": remote.url}
-    if max_age is not None:
-        data["max_checkpoint_age"] = remote.max_checkpoint_age
-    if pinned_key is not None:
-        data["log_key"] = pinned_key
-    if forgot:
-        data["forgot_pinned_log"] = True
+    added = remotes.add_remote(
+        common.home(ctx), name, url, replace=replace, log_key=log_key, max_checkpoint_age=max_checkpoint_age
+    )
 
     def render(console: Console) -> None:
-        console.print(f"remote [bold]{escape(remote.name)}[/bold] -> {escape(remote.url)}")
-        if forgot:
+        console.print(f"remote [bold]{escape(added.name)}[/bold] -> {escape(added.url)}")
+        if added.forgot_pinned_log:
             console.print("forgot the audit-log key and checkpoint pinned for it")
-        if pinned_key is not None:
-            console.print(f"pinned audit-log key {escape(pinned_key)}")
+        if added.log_key is not None:
+            console.print(f"pinned audit-log key {escape(added.log_key)}")
 
-    out.result(data, render)
+    out.result(added.to_dict(), render)
 
 
 def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the configured remotes and whether a token is stored for each."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    remotes = RemoteConfig(home).list()
-    logged_in = set(Credentials(home).names()) if remotes else set()
-    rows: list[dict[str, Any]] = [
-        {"name": r.name, "url": r.url, "logged_in": r.name in logged_in} for r in remotes
-    ]
+    rows = [r.to_dict() for r in remotes.list_remotes(common.home(ctx))]
 
     def render(console: Console) -> None:
         if not rows:
@@ -272,12 +233,10 @@ def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
 def remote_remove(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
     """Remove a remote (and its stored token, pinned audit-log key and checkpoint)."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    remote = RemoteConfig(home).remove(name)
-    RemoteLogStore(home).reset(name)
+    removed = remotes.remove_remote(common.home(ctx), name)
     out.result(
-        {"name": remote.name, "url": remote.url, "removed": True},
-        lambda c: c.print(f"removed remote {escape(remote.name)} ({escape(remote.url)})"),
+        removed.to_dict(),
+        lambda c: c.print(f"removed remote {escape(removed.name)} ({escape(removed.url)})"),
     )
 
 
@@ -288,11 +247,11 @@ def _read_token(token: str | None, token_stdin: bool) -> str:
     if token is not None and token_stdin:
         raise UsageError("give the token either with --token or with --token-stdin, not both")
     if token_stdin:
-        return validate_token(sys.stdin.read(_MAX_STDIN_TOKEN + 1)[:_MAX_STDIN_TOKEN])
+        return sys.stdin.read(_MAX_STDIN_TOKEN + 1)[:_MAX_STDIN_TOKEN]
     if token is not None:
-        return validate_token(token)
+        return token
     if sys.stdin.isatty():
-        return validate_token(typer.prompt("Token", hide_input=True, err=True))
+        return str(typer.prompt("Token", hide_input=True, err=True))
     raise UsageError(
         "no token given",
         hint="pass --token TOKEN, or pipe it in with --token-stdin (keeps it out of the shell history)",
@@ -321,47 +280,24 @@ def login(
       echo "$TOKEN" | kvreg login origin --token-stdin
     """
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    remote = RemoteConfig(home).get(validate_remote_name(name))
-    value = _read_token(token, token_stdin)
-    with RegistryClient(remote.url, value, remote_name=name, retries=2) as client:
-        who = client.whoami()
-        if not isinstance(who.get("user"), str):
-            raise UnauthenticatedError(
-                f"the registry at {remote.url} did not recognize the token (whoami names no user)",
-                hint="check the token; a registry admin creates them with: kvreg-admin token create USER",
-            )
-        audit = RemoteLog(home, name, client)
-        audit.check()
-        Credentials(home).set(name, value)
-        audit.save()
-    user = who.get("user")
-    raw_roles = who.get("roles")
-    roles: dict[str, Any] = raw_roles if isinstance(raw_roles, dict) else {}
-    data: dict[str, Any] = {
-        "remote": name,
-        "url": remote.url,
-        "user": user,
-        "admin": who.get("admin") is True,
-        "roles": roles,
-    }
+    report = login_case.login(common.home(ctx), name, lambda: _read_token(token, token_stdin))
 
     def render(console: Console) -> None:
         console.print(
-            f"logged in to {escape(name)} ({escape(remote.url)}) as [bold]{escape(str(user))}[/bold]"
+            f"logged in to {escape(name)} ({escape(report.url)}) as [bold]{escape(str(report.user))}[/bold]"
         )
-        if data["admin"]:
+        if report.admin:
             console.print("server admin: every role in every namespace")
-        for ns, role in sorted(roles.items()):
+        for ns, role in sorted(report.roles.items()):
             console.print(f"  {escape(str(ns))}: {escape(str(role))}")
 
-    out.result(data, render)
+    out.result(report.to_dict(), render)
 
 
 def logout(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
     """Forget the stored token of the remote NAME (nothing is revoked on the registry)."""
     out = output.get(ctx, json_output)
-    removed = Credentials(common.home(ctx)).remove(validate_remote_name(name))
+    removed = login_case.logout(common.home(ctx), name)
     out.result(
         {"remote": name, "removed": removed},
         lambda c: c.print(
@@ -404,17 +340,9 @@ def push(
     local = _parse_ref(ref, "REF")
     target = _parse_ref(as_, "--as") if as_ is not None else None
     known = keyring.local_public_keys(home).values()
-    with contact(home, name) as (client, audit), _progress(out, f"push {local}") as progress:
-        report = push_artifact(
-            home,
-            client,
-            local,
-            remote_ref=target,
-            tag=tag,
-            jobs=jobs,
-            progress=progress,
-            known_keys=known,
-            audit=audit,
+    with _progress(out, f"push {local}") as progress:
+        report = push_to_remote(
+            home, name, local, remote_ref=target, tag=tag, jobs=jobs, progress=progress, known_keys=known
         )
     data = report.to_dict()
 
@@ -433,7 +361,15 @@ def push(
     out.result(data, render)
 
 
-def _ref_change(report: PushReport | PullReport) -> str:
+class _RefChange(Protocol):
+    """What ``_ref_change`` reads of a push's or pull's report."""
+
+    ref_changed: bool
+    old: str | None
+    tag: bool
+
+
+def _ref_change(report: _RefChange) -> str:
     """How a push or pull changed its ref, in words."""
     if not report.ref_changed:
         return "already up to date"
@@ -485,16 +421,15 @@ def pull(
     remote_ref = _parse_ref(ref, "REF")
     local = _parse_ref(as_, "--as") if as_ is not None else None
     known = keyring.local_public_keys(home).values()
-    with contact(home, name) as (client, audit), _progress(out, f"pull {remote_ref}") as progress:
-        report = pull_artifact(
+    with _progress(out, f"pull {remote_ref}") as progress:
+        report = pull_from_remote(
             home,
-            client,
+            name,
             remote_ref,
             local_ref=local,
             jobs=jobs,
             progress=progress,
             known_keys=known,
-            audit=audit,
             lazy=lazy,
             pin=pin,
         )
@@ -550,12 +485,8 @@ def ls_remote(
       kvreg ls-remote origin aime25 --json
     """
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    with contact(home, name) as (client, audit):
-        audit.check()
-        namespaces = [validate_namespace(namespace)] if namespace is not None else client.list_namespaces()
-        entries = [e for ns in namespaces for e in client.list_refs(ns)]
-    rows = [e.to_dict() for e in entries]
+    listed = list_remote_refs(common.home(ctx), name, namespace)
+    rows = listed.refs
 
     def render(console: Console) -> None:
         if not rows:
@@ -571,7 +502,7 @@ def ls_remote(
             )
         console.print(table)
 
-    out.result({"remote": name, "namespaces": namespaces, "refs": rows}, render)
+    out.result(listed.to_dict(), render)
 
 
 def register(app: typer.Typer) -> None:

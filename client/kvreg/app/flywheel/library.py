@@ -4,14 +4,14 @@ Part 5(b) of the flywheel (docs/flywheel.md): after the baseline exam, every
 problem gets one *verified* solution in the library —
 
 1. ``verification_for`` checks a completion with the task's checker
-   (:func:`~kvreg.flywheel.task.check_answer` and
-   :func:`~kvreg.flywheel.task.check_solution`) and returns the manifest's
+   (:func:`~kvreg.engine.flywheel.task.check_answer` and
+   :func:`~kvreg.engine.flywheel.task.check_solution`) and returns the manifest's
    ``verification`` record (``verifier``, ``verdict``, ``evidence``). The verdict
    is ``pass`` only when the completion is exactly ``solution #### answer``, every
    step of the solution checks, and the answer is ``a + b``: a right answer
    reached through a wrong step fails.
 2. ``choose_entries`` picks, per problem, the greedy attempt if it verifies, else
-   the first verifying sampled attempt (:func:`kvreg.flywheel.sampling.sample`),
+   the first verifying sampled attempt (:func:`kvreg.engine.flywheel.sampling.sample`),
    else the exact solver's trace, marked ``source: exact-solver``.
 3. ``deposit_entries`` deposits each entry through the engine
    (:func:`kvreg.engine.deposit.deposit`): the question is the prompt, the
@@ -33,9 +33,9 @@ from kvreg.core.errors import UnverifiedArtifactError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine.deposit import DepositResult, deposit
+from kvreg.engine.flywheel.exam import Attempt
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_solution, extract_answer
 from kvreg.engine.runtime import LoadedModel
-from kvreg.flywheel.exam import Attempt
-from kvreg.flywheel.task import ANSWER_MARK, Problem, check_solution, extract_answer
 from kvreg.store.home import Home
 
 __all__ = [

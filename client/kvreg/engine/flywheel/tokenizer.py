@@ -1,6 +1,6 @@
 """The flywheel model's character-level tokenizer, saved as a ``PreTrainedTokenizerFast``.
 
-One token per character of :data:`kvreg.flywheel.task.ALPHABET` plus the four
+One token per character of :data:`kvreg.engine.flywheel.task.ALPHABET` plus the four
 special tokens used across kvreg's tiny models (``<unk> <s> </s> <pad>`` with ids
 0–3): 23 tokens. Encoding prepends ``<s>``; decoding concatenates characters.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from kvreg.flywheel.task import ALPHABET
+from kvreg.engine.flywheel.task import ALPHABET
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
 

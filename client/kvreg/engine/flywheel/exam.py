@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer, problems
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer, problems
 
 EASY_DIGITS = (2, 4)
 HARD_DIGITS = (6, 8)

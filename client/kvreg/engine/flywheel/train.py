@@ -1,4 +1,4 @@
-"""Train the bundled flywheel model (DESIGN §8): ``python -m kvreg.flywheel.train --out DIR``.
+"""Train the bundled flywheel model (DESIGN §8): ``python -m kvreg.engine.flywheel.train --out DIR``.
 
 A ``LlamaForCausalLM`` of about 1.05M parameters learns multi-digit addition
 written as a per-digit trace. Each step draws one batch kind from a seeded RNG:
@@ -30,18 +30,35 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 import transformers
-from transformers import LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from kvreg.flywheel import exam
-from kvreg.flywheel.model import model_config
-from kvreg.flywheel.task import ANSWER_MARK, Problem, stream
-from kvreg.flywheel.tokenizer import build_tokenizer
+from kvreg.engine.flywheel import exam
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, stream
+from kvreg.engine.flywheel.tokenizer import build_tokenizer
 
 EASY_TRAIN_DIGITS = (2, 5)
 HARD_TRAIN_DIGITS = (6, 8)
 ANSWER_ONLY_SHARE = 0.20
 HARD_FULL_SHARE = 0.05
 IGNORE = -100
+
+
+def model_config(vocab_size: int) -> LlamaConfig:
+    """LlamaForCausalLM, hidden 128, 4 layers, 4 heads: about 1.05M parameters."""
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        architectures=["LlamaForCausalLM"],
+    )
 
 
 def encode_example(tokenizer, problem: Problem, *, answer_only: bool) -> tuple[list[int], list[int]]:
@@ -146,7 +163,7 @@ def train(
     eval_started = time.perf_counter()
     results = evaluate(model, tokenizer, eval_count)
     record = {
-        "command": command or "python -m kvreg.flywheel.train " + " ".join(sys.argv[1:]),
+        "command": command or "python -m kvreg.engine.flywheel.train " + " ".join(sys.argv[1:]),
         "seed": seed,
         "steps": steps,
         "batch_size": batch_size,
@@ -178,7 +195,7 @@ def train(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kvreg.flywheel.train", description=__doc__.splitlines()[0]
+        prog="python -m kvreg.engine.flywheel.train", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
     parser.add_argument("--steps", type=int, default=3000)
@@ -198,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         eval_count=args.eval_count,
         log_every=min(100, max(1, args.steps // 10)),
-        command="python -m kvreg.flywheel.train " + " ".join(given),
+        command="python -m kvreg.engine.flywheel.train " + " ".join(given),
     )
     return 0
 

@@ -10,7 +10,7 @@ a. **Baseline.** Every exam question — the *repeat* set (questions the library
 b. **Library.** For each repeat question the greedy answer is kept if the checker
    verifies it; otherwise ``attempts`` seeded samples are drawn and the first
    that verifies is kept; otherwise the exact solver's trace is used, marked
-   ``exact-solver`` (:mod:`kvreg.flywheel.library`). Each is deposited as a
+   ``exact-solver`` (:mod:`kvreg.app.flywheel.library`). Each is deposited as a
    signed artifact with its verification record and, with a registry, pushed.
 c. **Exam again** with ``ask`` in ``auto`` mode on the repeat and unseen
    questions — in another home that pulls from the registry on demand when one
@@ -34,20 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from kvreg.app.ask import AskResult, RemoteSource, ask
-from kvreg.core.keys import SigningKey
-from kvreg.core.names import RefName
-from kvreg.engine.check import check_graft
-from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill
-from kvreg.flywheel.exam import easy_exam, hard_exam
-from kvreg.flywheel.library import (
+from kvreg.app.flywheel.library import (
     SOLVER,
     choose_entries,
     deposit_entries,
     entry_ref,
     unsolved,
 )
-from kvreg.flywheel.sampling import sample
-from kvreg.flywheel.task import ANSWER_MARK, Problem, check_answer, parse_question
+from kvreg.core.keys import SigningKey
+from kvreg.core.names import RefName
+from kvreg.engine.check import check_graft
+from kvreg.engine.flywheel.exam import easy_exam, hard_exam
+from kvreg.engine.flywheel.sampling import sample
+from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer, parse_question
+from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill
+from kvreg.remote.pushing import push
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
@@ -462,8 +463,6 @@ def run_flywheel(
     push_report: dict[str, Any] | None = None
     ask_home, source = home, None
     if registry is not None:
-        from kvreg.remote.pushing import push
-
         say(f"pushing {len(refs)} artifacts to the registry")
         t = time.perf_counter()
         sent_objects = sent_bytes = 0

@@ -1,7 +1,7 @@
 """Seeded temperature sampling of several attempts per prompt, for the flywheel's library.
 
 ``sample`` draws ``attempts`` completions for each prompt at a given temperature,
-batched like :func:`kvreg.flywheel.exam.greedy`: prompts are grouped by token
+batched like :func:`kvreg.engine.flywheel.exam.greedy`: prompts are grouped by token
 length (no padding, so a batch never needs an attention mask), and each group's
 prompts, each repeated ``attempts`` times, run as one batch with one KV cache.
 
@@ -12,7 +12,7 @@ prompts share its batch (up to the floating-point effects of a different batch
 shape on the logits). The same prompt given twice gets the same draws.
 
 This module only decodes: it does not check answers (see
-:mod:`kvreg.flywheel.library`), does not use kvreg's store or router, and is not
+:mod:`kvreg.app.flywheel.library`), does not use kvreg's store or router, and is not
 the engine's byte-exact decoding path (:mod:`kvreg.engine.runtime`), which a
 verified deposit recomputes on its own anyway.
 """

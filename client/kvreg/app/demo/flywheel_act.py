@@ -1,0 +1,50 @@
+"""The demo's flywheel act: the flywheel loop on the bundled arithmetic model, and what failed.
+
+With a registry (``kvreg.app.flywheel.loop.Registry``) the library is pushed and
+the second exam reads from it; the registry act sets that up. Nothing here
+starts a server or prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry, run_flywheel
+from kvreg.core.keys import SigningKey
+from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
+from kvreg.engine.pinned import EngineSettings
+from kvreg.engine.runtime import load_model
+from kvreg.store.home import Home
+
+
+def run_flywheel_act(
+    home: Home,
+    key: SigningKey,
+    spec: FlywheelSpec,
+    threads: int,
+    registry: Registry | None,
+    say: Progress,
+    failures: list[str],
+) -> dict[str, Any]:
+    """Run the flywheel on the bundled model (``kvreg.app.flywheel.loop``); record what failed."""
+    say("flywheel: loading the bundled arithmetic model (blocks of 8 tokens)")
+    settings = EngineSettings(threads=threads, block_size=BLOCK_SIZE)
+    lm = load_model(model_path(), settings, cache_dir=home.cache_dir)
+    report = run_flywheel(lm, home, key, spec, registry=registry, progress=lambda m: say(f"flywheel: {m}"))
+    data = report.to_dict()
+    m = data["metrics"]
+    if m["wrong_grafts"]:
+        failures.append(f"the flywheel made {m['wrong_grafts']} wrong grafts")
+    if m["unseen_knowledge_grafts"]:
+        failures.append("an unseen question was answered from another question's artifact")
+    if m["byte_exact_passed"] != m["byte_exact_checks"]:
+        failures.append(
+            f"{m['byte_exact_checks'] - m['byte_exact_passed']} flywheel answers were not byte-exact"
+        )
+    if not m["accuracy_goal_met"]:
+        failures.append(
+            "the flywheel's accuracy with the library is below baseline + repeat questions missed"
+        )
+    data["model"] = {"dir": str(model_path()), "fingerprint": str(lm.model_fp), **lm.info}
+    data["config_fingerprint"] = str(lm.config.fingerprint)
+    return data

@@ -1,0 +1,8 @@
+"""The flywheel's use cases: exam the frozen model, build a verified library, exam again through ``ask``.
+
+:mod:`.loop` runs the three phases (baseline, library, exam again),
+:mod:`.library` verifies and deposits the library, :mod:`.run` is ``kvreg
+flywheel`` in a store (pushing to a remote when asked) and :mod:`.preflight` the
+checks made before the engine is loaded. The model, its task and its exams are
+in ``kvreg.engine.flywheel``. Nothing here renders or prints.
+"""
