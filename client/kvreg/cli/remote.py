@@ -362,11 +362,14 @@ def push(
 
 
 class _RefChange(Protocol):
-    """What ``_ref_change`` reads of a push's or pull's report."""
+    """What ``_ref_change`` reads of a push's or pull's report (frozen dataclasses)."""
 
-    ref_changed: bool
-    old: str | None
-    tag: bool
+    @property
+    def ref_changed(self) -> bool: ...
+    @property
+    def old(self) -> str | None: ...
+    @property
+    def tag(self) -> bool: ...
 
 
 def _ref_change(report: _RefChange) -> str:
