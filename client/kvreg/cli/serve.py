@@ -10,7 +10,7 @@ is ``kvreg-admin`` with the same ``--data``/``--database-url``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -55,31 +55,23 @@ def serve(
       KVREG_S3_ENDPOINT=http://127.0.0.1:8333 kvreg serve --storage s3://kvreg/objects \
         --database-url postgresql+psycopg://kvreg:PASSWORD@127.0.0.1/kvreg
     """
-    import os
+    # imported here: the registry's modules (FastAPI, SQLAlchemy) load only for this command
+    from kvreg.app.serve import ServeRequest, registry_settings, serve
 
-    from kvreg_registry.settings import Settings
-
-    overrides: dict[str, Any] = {}
-    if data is not None:
-        overrides["data_dir"] = data
-    if database_url is not None:
-        overrides["database_url"] = database_url
-    if storage is not None:
-        overrides["storage_url"] = storage
-    settings = Settings.from_env(**overrides)
+    request = ServeRequest(
+        data=data,
+        database_url=database_url,
+        storage=storage,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )
+    settings = registry_settings(request)
     out = output.get(ctx)
     out.note(f"kvreg registry on http://{host}:{port}/api/v1/  (data: {settings.data_dir})")
     out.note(f"web UI: open http://{host}:{port}/ in a browser")
-    if workers > 1:
-        # Worker processes build the app from the environment.
-        os.environ["KVREG_DATA"] = str(settings.data_dir)
-        if settings.database_url:
-            os.environ["KVREG_DATABASE_URL"] = settings.database_url
-        if settings.storage_url:
-            os.environ["KVREG_STORAGE"] = settings.storage_url
-    from kvreg_registry.server import run
-
-    run(settings, host=host, port=port, workers=workers, log_level=log_level)
+    serve(request, settings)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import struct
 from dataclasses import dataclass
 
@@ -77,7 +78,7 @@ def _tensor_names(num_layers: int) -> dict[str, tuple[int, str]]:
 
 
 def parse_chunk(
-    data: bytes | bytearray | memoryview, layout: ChunkLayout
+    data: bytes | bytearray | memoryview | mmap.mmap, layout: ChunkLayout
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Zero-copy tensors of a chunk, after checking every header field against ``layout``.
 

@@ -139,7 +139,8 @@ def apply_settings(settings: EngineSettings) -> None:
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     # oneDNN takes bfloat16 matmuls on its own ISA-dependent path (and crashes on
     # AMX hosts when ATen is capped at AVX2); the portable profile keeps it off.
-    torch.backends.mkldnn.enabled = settings.profile != "portable"
+    # torch declares the flag as a ContextProp descriptor; assigning a bool is its documented use
+    torch.backends.mkldnn.enabled = settings.profile != "portable"  # type: ignore[assignment]
 
 
 def _describe(settings: EngineSettings) -> dict[str, Any]:

@@ -116,7 +116,8 @@ def load_model(
         if settings.attn_implementation != "eager" and "eager" in str(e):
             hint = "this architecture needs eager attention: pass --attn eager"
         raise ModelError(f"cannot load the model in {path}: {e}", hint=hint) from e
-    model.to(config.device)
+    # transformers wraps .to() in a decorator whose signature mypy misreads as taking the model
+    model.to(config.device)  # type: ignore[arg-type]
     model.eval()
     info = model_info(model, path.resolve().name, settings.dtype)
     return LoadedModel(path, model, tokenizer, config, model_fp, tokenizer_fp, info)
@@ -297,6 +298,15 @@ def forward(lm: LoadedModel, cache: DynamicCache, tokens: Sequence[int], start: 
     return out.logits[0, -1].detach()
 
 
+def layer_kv(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The key and value tensors a cache layer holds; ``ModelError`` for a layer without them
+    (a linear-attention or placeholder layer: kvreg stores attention KV only)."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+        raise ModelError(f"cache layer {type(layer).__name__} holds no key/value tensors")
+    return keys, values
+
+
 def prefill(
     lm: LoadedModel,
     cache: DynamicCache,
@@ -313,8 +323,9 @@ def prefill(
         logits = forward(lm, cache, tokens[s:e], s)
         if capture:
             n = e - s
-            ks = [layer.keys[0, :, -n:, :].to("cpu", copy=True) for layer in cache.layers]
-            vs = [layer.values[0, :, -n:, :].to("cpu", copy=True) for layer in cache.layers]
+            kv = [layer_kv(layer) for layer in cache.layers]
+            ks = [k[0, :, -n:, :].to("cpu", copy=True) for k, _ in kv]
+            vs = [v[0, :, -n:, :].to("cpu", copy=True) for _, v in kv]
             captured.append(CapturedBlock(s, e, ks, vs))
         _trim_windows(cache)
     if logits is None:

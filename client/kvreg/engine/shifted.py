@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 from kvreg.core.errors import ModelError, UsageError
 from kvreg.core.manifest import Manifest
 from kvreg.engine.check import compare_steps
 from kvreg.engine.graft import check_compatible, read_chunks
-from kvreg.engine.runtime import LoadedModel, _trim_windows, decode, forward, new_cache, prefill
+from kvreg.engine.runtime import LoadedModel, _trim_windows, decode, forward, layer_kv, new_cache, prefill
 from kvreg.store.home import Home
 
 
@@ -128,8 +128,11 @@ def _append_shifted(
         cos, sin = rotation(lm, layer_types[index], offset, k)
         k = shift_keys(k, cos, sin).unsqueeze(0)
         v = v.unsqueeze(0)
-        layer.keys = torch.cat([layer.keys, k], dim=-2)
-        layer.values = torch.cat([layer.values, v], dim=-2)
+        if not isinstance(layer, DynamicLayer):
+            raise ModelError(f"cache layer {type(layer).__name__} cannot take shifted keys")
+        old_k, old_v = layer_kv(layer)
+        layer.keys = torch.cat([old_k, k], dim=-2)
+        layer.values = torch.cat([old_v, v], dim=-2)
         if isinstance(layer, DynamicSlidingWindowLayer):
             layer.cumulative_length += count
             layer.crop(0)

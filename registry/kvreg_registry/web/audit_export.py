@@ -36,9 +36,11 @@ def proofs_for_page(session: Session, start: int, end: int, size: int) -> list[l
     stored perfect subtrees, with one query for the whole page."""
     wanted: set[tuple[int, int]] = set()
     for i in range(start, end):
-        wanted |= logtree.plan(
-            lambda node, i=i: merkle.inclusion_proof(i, size, logtree.stored_range_hash(node))
-        )
+
+        def proof_of(node: logtree.NodeReader, i: int = i) -> list[bytes]:
+            return merkle.inclusion_proof(i, size, logtree.stored_range_hash(node))
+
+        wanted |= logtree.plan(proof_of)
     nodes = read_nodes(session, wanted)
 
     def node(level: int, idx: int) -> bytes:

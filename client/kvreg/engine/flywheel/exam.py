@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer, problems
 
@@ -46,7 +46,11 @@ class Attempt:
 
 @torch.no_grad()
 def greedy(
-    model: PreTrainedModel, tokenizer, prompts: Sequence[str], *, max_new_tokens: int = 160
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int = 160,
 ) -> list[tuple[str, int]]:
     """Greedy completions of prompts that all have the same token length: (text, decoded tokens)."""
     ids = [tokenizer(p)["input_ids"] for p in prompts]
@@ -67,7 +71,7 @@ def greedy(
         if all(done):
             break
         out = model(input_ids=nxt.unsqueeze(1), cache=cache, use_cache=True, logits_to_keep=1)
-    texts = [tokenizer.decode(g, skip_special_tokens=True) for g in generated]
+    texts = [str(tokenizer.decode(g, skip_special_tokens=True)) for g in generated]  # one sequence: a str
     return [(t, len(g)) for t, g in zip(texts, generated, strict=True)]
 
 
@@ -76,7 +80,11 @@ def _prompt(problem: Problem, with_solution: bool) -> str:
 
 
 def attempt(
-    model: PreTrainedModel, tokenizer, items: Sequence[Problem], *, with_solution: bool = False
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    items: Sequence[Problem],
+    *,
+    with_solution: bool = False,
 ) -> list[Attempt]:
     """Greedy attempts at ``items``; with ``with_solution`` the exact solution is in the prompt."""
     groups: dict[int, list[Problem]] = {}

@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from kvreg.engine.flywheel import exam
 from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, stream
@@ -61,7 +61,9 @@ def model_config(vocab_size: int) -> LlamaConfig:
     )
 
 
-def encode_example(tokenizer, problem: Problem, *, answer_only: bool) -> tuple[list[int], list[int]]:
+def encode_example(
+    tokenizer: PreTrainedTokenizerBase, problem: Problem, *, answer_only: bool
+) -> tuple[list[int], list[int]]:
     """Token ids (BOS … EOS) and labels: the trained positions keep their id, others IGNORE."""
     head = problem.question() if not answer_only else problem.question() + problem.solution()
     tail = (problem.solution() if not answer_only else "") + f"{ANSWER_MARK}{problem.answer}"
@@ -85,7 +87,7 @@ def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def evaluate(model, tokenizer, count: int) -> dict[str, Any]:
+def evaluate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, count: int) -> dict[str, Any]:
     model.eval()
     easy, hard = exam.easy_exam(count), exam.hard_exam(count)
     return {
