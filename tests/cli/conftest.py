@@ -1,9 +1,11 @@
 """Fixtures for the command-line tests.
 
-Commands run in subprocesses (``python -m kvreg``), each with its own
-``KVREG_HOME``, so that a deposit and the graft that checks it happen in
-different processes, as they do for users. Tiny model directories are built once
-per session and shared.
+Commands run in the test process (``helpers.kvreg``: the Typer app, with the
+environment, streams and logging a fresh process would have; see ``inprocess.py``),
+each with its own ``KVREG_HOME``; a command that must start torch afresh (another
+numerics profile or an emulated host) runs ``python -m kvreg`` instead, and
+test_cli_entrypoint.py runs every top-level command that way once. Tiny model
+directories are built once per session and shared.
 """
 
 from __future__ import annotations
