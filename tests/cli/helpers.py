@@ -49,6 +49,7 @@ HOST_NUMERICS_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTION
 def kvreg_env(home: Path, host: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KVREG_REEXECUTED", None)
+    env.pop("KVREG_TOKEN", None)  # a token of the developer's must not log the tests in
     if host is not None:
         for name in HOST_NUMERICS_VARS:
             env.pop(name, None)
