@@ -42,3 +42,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         node = rel.as_posix() + item.nodeid.partition("::")[1] + item.nodeid.partition("::")[2]
         if rel.parts[0] in UNIT_DIRS and not node.startswith(NOT_UNIT):
             item.add_marker(pytest.mark.unit)
+
+
+class TinyModels:
+    """Tiny model directories (``kvreg.engine.tiny``, seed 0), built on first use, once per session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._built: dict[str, Path] = {}
+
+    def __getitem__(self, arch: str) -> Path:
+        if arch not in self._built:
+            from kvreg.engine.tiny import build_model_dir
+
+            self._built[arch] = build_model_dir(self.root / arch, arch, seed=0)
+        return self._built[arch]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    """The one set of seed-0 tiny models the engine, command-line and integration suites share.
+
+    Tests must not change these directories (copy one first).
+    """
+    return TinyModels(tmp_path_factory.mktemp("models"))
