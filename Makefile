@@ -1,13 +1,14 @@
 # kvreg: the two commands that set everything up on a fresh machine.
 #   make demo   create .venv, install, run `kvreg demo` on the embedded defaults
-#   make test   install, start what the tests need, run the whole suite
+#   make check  the fast tier (under 5 minutes): lint, import contracts, types, unit tests
+#   make test   install, start what the tests need, run the whole suite (check's static steps too)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvreg-installed
 
-.PHONY: install demo test lint bench clean services services-stop browser
+.PHONY: install demo check test lint imports types unit bench clean services services-stop browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +29,21 @@ demo: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The layer contracts ([tool.importlinter] in pyproject.toml) and the static types ([tool.mypy]).
+imports: install
+	$(VENV)/bin/lint-imports
+
+types: install
+	$(VENV)/bin/mypy
+
+# The unit tier: tests marked `unit` by folder in tests/conftest.py (core, fileio, store, app,
+# registry services, fuzz short form), in process; the registry's need PostgreSQL and S3.
+# pytest exits 5 if nothing is marked unit: that fails `make check` as any non-zero exit does.
+unit: install services
+	$(PY) -m pytest -m unit
+
+check: lint imports types unit
 
 # PostgreSQL and SeaweedFS (S3) on 127.0.0.1, for the registry tests; see scripts/services.sh.
 services: install
@@ -51,7 +67,7 @@ browser:
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
 # so an empty suite can never pass silently.
-test: install lint services browser
+test: install lint imports types services browser
 	$(PY) -m pytest
 
 bench: install

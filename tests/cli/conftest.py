@@ -1,9 +1,11 @@
 """Fixtures for the command-line tests.
 
-Commands run in subprocesses (``python -m kvreg``), each with its own
-``KVREG_HOME``, so that a deposit and the graft that checks it happen in
-different processes, as they do for users. Tiny model directories are built once
-per session and shared.
+Commands run in the test process (``helpers.kvreg``: the Typer app, with the
+environment, streams and logging a fresh process would have; see ``inprocess.py``),
+each with its own ``KVREG_HOME``; a command that must start torch afresh (another
+numerics profile or an emulated host) runs ``python -m kvreg`` instead, and
+test_cli_entrypoint.py runs every top-level command that way once. Tiny model
+directories are built once per session and shared with the other suites.
 """
 
 from __future__ import annotations
@@ -17,24 +19,10 @@ import pytest
 from .helpers import BLOCK, EXTENSION, QUESTION, REF, SOLUTION, SUFFIX, TEXT, kvreg
 
 
-class Models:
-    """Tiny model directories, built on first use and shared by the whole session."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._built: dict[str, Path] = {}
-
-    def __getitem__(self, arch: str) -> Path:
-        if arch not in self._built:
-            from kvreg.engine.tiny import build_model_dir
-
-            self._built[arch] = build_model_dir(self.root / arch, arch, seed=0)
-        return self._built[arch]
-
-
 @pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Models:
-    return Models(tmp_path_factory.mktemp("models"))
+def models(tiny_models: Any) -> Any:
+    """``models[arch]``: the session's seed-0 tiny model directories (tests/conftest.py)."""
+    return tiny_models
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +46,7 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def deposited(
-    tmp_path_factory: pytest.TempPathFactory, models: Models, texts: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory, models: Any, texts: dict[str, Path]
 ) -> dict[str, Any]:
     """A store with a key and one llama float32 artifact (blocks of 16) under ``test/p07``.
 

@@ -1,5 +1,6 @@
-"""Helpers for the command-line tests: run ``python -m kvreg`` in a subprocess, snapshot
-and damage stores, and the texts the tests deposit."""
+"""Helpers for the command-line tests: run the ``kvreg`` command (in this process, or
+``python -m kvreg`` in a subprocess), snapshot and damage stores, and the texts the tests
+deposit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kvreg.app.demo.texts import QUESTION, SOLUTION
+
+from .inprocess import run_in_process
 
 # The demo's texts: > 3 blocks of 16 tokens and longer than the tiny models' sliding window (24).
 TEXT = QUESTION + SOLUTION
@@ -46,6 +49,7 @@ HOST_NUMERICS_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTION
 def kvreg_env(home: Path, host: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("KVREG_REEXECUTED", None)
+    env.pop("KVREG_TOKEN", None)  # a token of the developer's must not log the tests in
     if host is not None:
         for name in HOST_NUMERICS_VARS:
             env.pop(name, None)
@@ -63,16 +67,39 @@ def kvreg(
     expect: int | None = 0,
     timeout: float = 300,
     host: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> Run:
-    """Run ``python -m kvreg ARGS`` with ``KVREG_HOME=home``.
+    """Run the ``kvreg ARGS`` command with ``KVREG_HOME=home``, in this process when it can.
 
     The exit code must be ``expect`` unless that is None. ``host`` replaces the
-    numerics environment variables, to run as another kind of host would.
+    numerics environment variables, to run as another kind of host would: that needs
+    a fresh process (torch latches them at import), and so does a command that would
+    re-execute itself (``tests/cli/inprocess.py``); both run ``python -m kvreg``.
     """
+    argv = [str(a) for a in args]
+    result = None if host is not None else run_in_process(argv, kvreg_env(home), stdin)
+    if result is None:
+        return kvreg_subprocess(home, *argv, expect=expect, timeout=timeout, host=host, stdin=stdin)
+    run = Run(argv, *result)
+    if expect is not None:
+        assert run.rc == expect, str(run)
+    return run
+
+
+def kvreg_subprocess(
+    home: Path,
+    *args: str | Path,
+    expect: int | None = 0,
+    timeout: float = 300,
+    host: dict[str, str] | None = None,
+    stdin: str | None = None,
+) -> Run:
+    """Run ``python -m kvreg ARGS`` in a subprocess, as users do (the real entry point)."""
     argv = [str(a) for a in args]
     proc = subprocess.run(
         [sys.executable, "-m", "kvreg", *argv],
         env=kvreg_env(home, host),
+        input="" if stdin is None else stdin,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -5,16 +5,14 @@ layers) in float32 and bfloat16, each in its own store: the whole artifact
 grafted and 32 decode steps compared with a fresh computation, then a graft at a
 block boundary followed by a new suffix.
 
-Every command is a fresh ``python -m kvreg`` process, and most of each one's time
-is importing torch and transformers, so the ``matrix`` fixture runs the chains of
-the selected combinations side by side (each chain stays sequential: keys,
-deposit, graft, graft); the tests then assert on their outputs one by one.
+The ``matrix`` fixture runs the chains of the selected combinations (keys, deposit,
+graft, graft) once, one after the other, with the command in the test process
+(``helpers.kvreg``: no torch import per command, so running them side by side in
+subprocesses no longer pays); the tests then assert on their outputs one by one.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,16 +74,11 @@ def matrix(request, tmp_path_factory, models, texts) -> dict[tuple[str, str], di
             if getattr(item, "originalname", None) == TEST_NAME and hasattr(item, "callspec")
         }
     )
-    for arch in sorted({a for a, _ in wanted}):
-        models[arch]  # build in this process, before the pool starts
     root = tmp_path_factory.mktemp("matrix")
-    workers = max(2, min(4, (os.cpu_count() or 1) + 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {
-            (arch, dtype): pool.submit(_chain, root / f"{arch}-{dtype}", models[arch], texts, arch, dtype)
-            for arch, dtype in wanted
-        }
-        return {key: f.result() for key, f in futures.items()}
+    return {
+        (arch, dtype): _chain(root / f"{arch}-{dtype}", models[arch], texts, arch, dtype)
+        for arch, dtype in wanted
+    }
 
 
 @pytest.mark.slow

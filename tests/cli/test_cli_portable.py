@@ -8,6 +8,8 @@ environment are part of the config fingerprint); portable ones graft byte-exactl
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvreg.engine.profiles import PORTABLE_ENV
@@ -44,4 +46,29 @@ def test_portable_deposit_grafts_exactly_on_an_avx2_host(dtype, models, texts, t
     refused = kvreg(home, "graft", "p/native", "--model", llama, "--json", expect=1, host=AVX2_HOST)
     error = refused.json["error"]
     assert error["code"] == "FINGERPRINT_MISMATCH"
-    assert "cpu_capability" in error["message"]
+    native = kvreg(home, "show", "p/native", "--json").json["config"]["fields"]
+    assert config_fields_named(error["message"]) == expected_avx2_host_differences(native)
+
+
+def expected_avx2_host_differences(native: dict[str, Any]) -> set[str]:
+    """The config fields in which a native deposit made here differs from the emulated AVX2 host.
+
+    They depend on the host that runs the suite: the emulated host's CPU capability is AVX2,
+    so ``cpu_capability`` differs only where this host's native one is something else (an
+    AVX-512 or AMX host: yes; an AVX2-only host such as AMD Zen 3: no). The emulating
+    variables are recorded in the native config's ``environment`` field, so each differs
+    unless this host's environment already sets it to the same value.
+    """
+    fields = {
+        f"environment.{name}" for name, value in AVX2_HOST.items() if native["environment"].get(name) != value
+    }
+    if native["cpu_capability"] != "AVX2":
+        fields.add("cpu_capability")
+    assert fields, "the emulated AVX2 host must differ from this one somewhere"
+    return fields
+
+
+def config_fields_named(message: str) -> set[str]:
+    """The fields a FINGERPRINT_MISMATCH message names: ``config fingerprint: a: ...; b: ...``."""
+    line = next(line for line in message.splitlines() if "config fingerprint: " in line)
+    return {part.split(":", 1)[0].strip() for part in line.split("config fingerprint: ", 1)[1].split("; ")}

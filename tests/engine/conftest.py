@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,6 @@ from kvreg.core.keys import SigningKey
 from kvreg.core.trust import TrustPolicy
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import LoadedModel, load_model
-from kvreg.engine.tiny import build_model_dir
 from kvreg.fileio.keyfiles import save_trust_policy
 from kvreg.store.home import Home
 
@@ -19,18 +19,13 @@ TEXT = QUESTION + SOLUTION
 
 
 @pytest.fixture(scope="session")
-def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")
+def llama_dir(tiny_models: Any) -> Path:
+    return Path(tiny_models["llama"])
 
 
 @pytest.fixture(scope="session")
-def llama_dir(models_dir: Path) -> Path:
-    return build_model_dir(models_dir / "llama", "llama", seed=0)
-
-
-@pytest.fixture(scope="session")
-def gemma3_dir(models_dir: Path) -> Path:
-    return build_model_dir(models_dir / "gemma3", "gemma3", seed=0)
+def gemma3_dir(tiny_models: Any) -> Path:
+    return Path(tiny_models["gemma3"])
 
 
 @pytest.fixture

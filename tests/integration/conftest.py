@@ -45,10 +45,9 @@ def registry(request: pytest.FixtureRequest, _registries: dict[str, Registry]) -
 
 
 @pytest.fixture(scope="session")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kvreg.engine.tiny import build_model_dir
-
-    return build_model_dir(tmp_path_factory.mktemp("models") / "llama", "llama", seed=0)
+def llama(tiny_models: Any) -> Path:
+    """The session's seed-0 tiny llama (tests/conftest.py), shared with the other suites."""
+    return Path(tiny_models["llama"])
 
 
 @pytest.fixture(scope="session")

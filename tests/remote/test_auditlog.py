@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cli.helpers import Run, kvreg
 from kvreg.core import logtree, merkle
 from kvreg.core.canonical import canonical_json
 from kvreg.core.checkpoint import Checkpoint, NoteVerifier, sign_checkpoint
@@ -623,19 +621,8 @@ def test_verifying_thousands_of_entries_is_fast(home: Home, big: FakeLog, tmp_pa
 # --- the commands ------------------------------------------------------------------------------------
 
 
-def _kvreg(home: Path, *args: str, expect: int) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "KVREG_TOKEN"}
-    env.update(KVREG_HOME=str(home), COLUMNS="200")
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvreg", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == expect, f"{proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
+def _kvreg(home: Path, *args: str, expect: int) -> Run:
+    return kvreg(home, *args, expect=expect, timeout=120)
 
 
 def test_audit_verify_file_on_the_command_line(home: Home, fake: FakeLog, tmp_path: Path) -> None:
@@ -644,14 +631,14 @@ def test_audit_verify_file_on_the_command_line(home: Home, fake: FakeLog, tmp_pa
     out = json.loads(
         _kvreg(
             home.root, "audit", "verify", "--file", str(path), "--remote", "origin", "--json", expect=0
-        ).stdout
+        ).out
     )
     assert out["file"]["entries_checked"] == 5 and out["file"]["types"] == {"ns.event": 5}
     _kvreg(home.root, "audit", "verify", "--file", str(path), "--key", fake.verifier.to_text(), expect=0)
     lines[3]["entry"] = _b64(base64.b64decode(lines[3]["entry"]).replace(b"alice", b"mallo"))
     bad = _write(tmp_path / "bad.jsonl", lines)
     run = _kvreg(home.root, "--json", "audit", "verify", "--file", str(bad), expect=3)
-    assert json.loads(run.stdout)["error"]["code"] == "LOG_INCONSISTENT"
+    assert json.loads(run.out)["error"]["code"] == "LOG_INCONSISTENT"
     other = NoteVerifier(fake.origin, SigningKey.generate().public_key).to_text()
     _kvreg(home.root, "audit", "verify", "--file", str(path), "--key", other, expect=3)
     _kvreg(home.root, "audit", "verify", expect=2)
@@ -666,5 +653,5 @@ def test_audit_verify_file_on_the_command_line(home: Home, fake: FakeLog, tmp_pa
     "command", [["audit"], ["audit", "verify"], ["audit", "export"], ["audit", "show"]], ids=" ".join
 )
 def test_help(tmp_path: Path, command: list[str]) -> None:
-    out = _kvreg(tmp_path, *command, "--help", expect=0).stdout
+    out = _kvreg(tmp_path, *command, "--help", expect=0).out
     assert f"kvreg {' '.join(command)}" in out

@@ -1,4 +1,4 @@
-"""The remote commands as users run them: ``python -m kvreg`` in a subprocess.
+"""The remote commands as users run them (``cli.helpers.kvreg``: in the test process).
 
 The registry side is ``helpers.FileServer`` (static answers), enough for login,
 pull and ls-remote; push against the real registry is the integration suite's.
@@ -7,7 +7,6 @@ pull and ls-remote; push against the real registry is the integration suite's.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.helpers import Run
+from cli.helpers import kvreg as run_kvreg
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
@@ -27,38 +28,26 @@ TOKEN = "kvreg_" + "s" * 43
 REF = RefName("ns", "a")
 
 
-def kvreg(home: Path, *args: str, expect: int = 0, stdin: str | None = None, env: dict | None = None):
-    environ = {k: v for k, v in os.environ.items() if k != "KVREG_TOKEN"}
-    environ.update({"KVREG_HOME": str(home), "COLUMNS": "200"}, **(env or {}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvreg", *args],
-        env=environ,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == expect, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
+def kvreg(home: Path, *args: str, expect: int = 0, stdin: str | None = None) -> Run:
+    return run_kvreg(home, *args, expect=expect, stdin=stdin, timeout=120)
 
 
 def test_remote_add_list_remove(tmp_path):
     home = tmp_path / "home"
-    out = kvreg(home, "remote", "add", "origin", "https://registry.example.org/", "--json").stdout
+    out = kvreg(home, "remote", "add", "origin", "https://registry.example.org/", "--json").out
     assert json.loads(out) == {"name": "origin", "url": "https://registry.example.org"}
-    listed = json.loads(kvreg(home, "remote", "list", "--json").stdout)
+    listed = json.loads(kvreg(home, "remote", "list", "--json").out)
     assert listed == {
         "remotes": [{"name": "origin", "url": "https://registry.example.org", "logged_in": False}]
     }
-    assert "origin" in kvreg(home, "remote", "list").stdout
+    assert "origin" in kvreg(home, "remote", "list").out
     kvreg(home, "remote", "add", "bad", "ftp://x", expect=1)
     kvreg(home, "remote", "add", "bad name", "https://x", expect=2)
     err = kvreg(home, "--json", "remote", "add", "origin", "https://other.example.org", expect=1)
-    assert json.loads(err.stdout)["error"]["code"] == "ALREADY_EXISTS"
+    assert json.loads(err.out)["error"]["code"] == "ALREADY_EXISTS"
     kvreg(home, "remote", "remove", "origin")
     kvreg(home, "remote", "remove", "origin", expect=1)
-    assert json.loads(kvreg(home, "remote", "list", "--json").stdout) == {"remotes": []}
+    assert json.loads(kvreg(home, "remote", "list", "--json").out) == {"remotes": []}
 
 
 def test_login_checks_the_token_and_never_prints_it(tmp_path):
@@ -67,19 +56,19 @@ def test_login_checks_the_token_and_never_prints_it(tmp_path):
         srv.route("/api/v1/whoami", {"user": "alice", "admin": False, "roles": {"ns": "write"}})
         kvreg(home, "remote", "add", "origin", srv.url)
         run = kvreg(home, "login", "origin", "--token", TOKEN, "--json")
-        assert json.loads(run.stdout) == {
+        assert json.loads(run.out) == {
             "remote": "origin",
             "url": srv.url,
             "user": "alice",
             "admin": False,
             "roles": {"ns": "write"},
         }
-        assert TOKEN not in run.stdout + run.stderr
+        assert TOKEN not in run.out + run.err
         assert srv.requests()[0].headers["Authorization"] == f"Bearer {TOKEN}"
     creds = home / "credentials.json"
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     assert json.loads(creds.read_text()) == {"origin": {"token": TOKEN}}
-    listed = json.loads(kvreg(home, "remote", "list", "--json").stdout)
+    listed = json.loads(kvreg(home, "remote", "list", "--json").out)
     assert listed["remotes"][0]["logged_in"] is True
     kvreg(home, "logout", "origin")
     assert json.loads(creds.read_text()) == {}
@@ -91,7 +80,7 @@ def test_login_from_stdin(tmp_path):
         srv.route("/api/v1/whoami", {"user": "bob"})
         kvreg(home, "remote", "add", "origin", srv.url)
         run = kvreg(home, "login", "origin", "--token-stdin", stdin=TOKEN + "\n")
-        assert "bob" in run.stdout
+        assert "bob" in run.out
     assert json.loads((home / "credentials.json").read_text())["origin"]["token"] == TOKEN
 
 
@@ -103,8 +92,8 @@ def test_refused_token_is_not_saved(tmp_path):
         )
         kvreg(home, "remote", "add", "origin", srv.url)
         run = kvreg(home, "login", "origin", "--token", TOKEN, expect=1)
-        assert "kvreg login origin --token" in run.stderr
-        assert TOKEN not in run.stdout + run.stderr
+        assert "kvreg login origin --token" in run.err
+        assert TOKEN not in run.out + run.err
     assert not (home / "credentials.json").exists()
 
 
@@ -139,14 +128,14 @@ def _home_trusting(tmp_path: Path, key: SigningKey, url: str) -> Path:
 def test_pull_and_ls_remote(tmp_path, published):
     srv, built, key = published
     home = _home_trusting(tmp_path, key, srv.url)
-    report = json.loads(kvreg(home, "pull", "origin", "ns/a", "--json").stdout)
+    report = json.loads(kvreg(home, "pull", "origin", "ns/a", "--json").out)
     assert report["digest"] == built.digest and report["objects_downloaded"] == len(built.objects)
     again = kvreg(home, "pull", "origin", "ns/a")
-    assert "already up to date" in again.stdout
-    listed = json.loads(kvreg(home, "ls-remote", "origin", "--json").stdout)
+    assert "already up to date" in again.out
+    listed = json.loads(kvreg(home, "ls-remote", "origin", "--json").out)
     assert listed["refs"] == [{"ref": "ns/a", "digest": built.digest, "tag": False, "updated_at": None}]
-    assert json.loads(kvreg(home, "ls-remote", "origin", "ns", "--json").stdout)["namespaces"] == ["ns"]
-    assert "ns/a" in kvreg(home, "ls", "--json").stdout
+    assert json.loads(kvreg(home, "ls-remote", "origin", "ns", "--json").out)["namespaces"] == ["ns"]
+    assert "ns/a" in kvreg(home, "ls", "--json").out
 
 
 def test_pull_of_a_tampered_object_exits_3_and_stores_nothing(tmp_path, published):
@@ -155,7 +144,7 @@ def test_pull_of_a_tampered_object_exits_3_and_stores_nothing(tmp_path, publishe
     victim = built.manifest.chunks[0].digest
     srv.route(f"/api/v1/namespaces/ns/objects/{victim}", b"\x00" * len(built.objects[victim]), ranges=True)
     run = kvreg(home, "--json", "pull", "origin", "ns/a", expect=3)
-    assert json.loads(run.stdout)["error"]["code"] == "DIGEST_MISMATCH"
+    assert json.loads(run.out)["error"]["code"] == "DIGEST_MISMATCH"
     assert not any((home / "objects").rglob("*"))
     assert not any((home / "tmp").rglob("*"))
 
@@ -164,7 +153,7 @@ def test_pull_of_an_untrusted_artifact_exits_3(tmp_path, published):
     srv, _, _ = published
     home = _home_trusting(tmp_path, SigningKey.generate(), srv.url)
     run = kvreg(home, "pull", "origin", "ns/a", expect=3)
-    assert "kvreg trust add ns ed25519:" in run.stderr
+    assert "kvreg trust add ns ed25519:" in run.err
 
 
 def test_push_and_pull_usage_errors(tmp_path):
@@ -174,7 +163,7 @@ def test_push_and_pull_usage_errors(tmp_path):
     kvreg(home, "pull", "origin", "ns/a", "--as", "a/b/c", expect=2)
     kvreg(home, "push", "origin", "ns/a", "-j", "0", expect=2)
     run = kvreg(home, "--json", "push", "origin", "ns/a", expect=1)
-    assert json.loads(run.stdout)["error"]["code"] == "REF_UNKNOWN"
+    assert json.loads(run.out)["error"]["code"] == "REF_UNKNOWN"
 
 
 @pytest.mark.parametrize(
@@ -184,7 +173,7 @@ def test_push_and_pull_usage_errors(tmp_path):
     ids=" ".join,
 )  # fmt: skip
 def test_help(tmp_path, command):
-    out = kvreg(tmp_path, *command, "--help").stdout
+    out = kvreg(tmp_path, *command, "--help").out
     assert f"kvreg {' '.join(command)}" in out
 
 
