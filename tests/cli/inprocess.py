@@ -11,7 +11,7 @@ handlers and levels the CLI installs, and the process-wide torch flags the engin
 Two things cannot happen in-process, and :func:`run_in_process` returns ``None`` for
 them so that the caller runs a real subprocess instead:
 
-- a command that re-executes itself (``kvreg.cli.reexec.prepare_numerics`` calls
+- a command that re-executes itself (``kvreg.app.numerics.prepare_numerics`` calls
   ``os.execve`` when torch is already loaded and the numerics profile needs variables
   that torch latches at import, e.g. ``--profile portable``): ``os.execve`` is patched
   for the call to raise :class:`_ReexecRequested`, which nothing in kvreg catches;
@@ -131,6 +131,7 @@ def run_in_process(
     import typer
 
     from kvreg import console
+    from kvreg.app import numerics
     from kvreg.cli.main import build_app
 
     out_raw, err_raw = io.BytesIO(), io.BytesIO()
@@ -139,12 +140,14 @@ def run_in_process(
     stdin_stream = io.TextIOWrapper(io.BytesIO((stdin or "").encode()), encoding="utf-8")
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_argv, saved_cwd, saved_execve = sys.argv, os.getcwd(), os.execve
+    saved_may_reexec = numerics._Process.may_reexec
     torch_state = _torch_state()
     try:
         with _environment(env), _logging_kept():
             sys.argv = ["kvreg", *argv]
             sys.stdin, sys.stdout, sys.stderr = stdin_stream, out, err
             os.execve = _refuse_execve
+            numerics.allow_reexec()  # as kvreg.cli.main.main does: this is the kvreg command
             try:
                 code = console.run(typer.main.get_command(build_app()), argv)
             except SystemExit as exc:  # what exit_with() would do, should a command exit itself
@@ -157,6 +160,7 @@ def run_in_process(
         return None
     finally:
         os.execve = saved_execve
+        numerics._Process.may_reexec = saved_may_reexec
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         sys.argv = saved_argv
         os.chdir(saved_cwd)
