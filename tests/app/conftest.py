@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from engine.conftest import TEXT, gemma3, gemma3_dir, home, key, llama, llama_dir, models_dir
+from engine.conftest import TEXT, gemma3, gemma3_dir, home, key, llama, llama_dir
 
-__all__ = ["TEXT", "gemma3", "gemma3_dir", "home", "key", "llama", "llama_dir", "models_dir"]
+__all__ = ["TEXT", "gemma3", "gemma3_dir", "home", "key", "llama", "llama_dir"]
