@@ -12,19 +12,19 @@ from typing import Annotated, Any
 
 import typer
 
+from kvreg.app.home import StoreHome, open_home
 from kvreg.console import CliState
 from kvreg.core.errors import UsageError
-from kvreg.store.home import Home
 
 _MAX_TEXT_BYTES = 256 * 1024 * 1024
 
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
 
-def home(ctx: typer.Context) -> Home:
+def home(ctx: typer.Context) -> StoreHome:
     """The store of this invocation: ``--home``, else ``$KVREG_HOME``, else ``~/.kvreg``."""
     state = ctx.find_object(CliState)
-    return Home(state.home if state is not None else None)
+    return open_home(state.home if state is not None else None)
 
 
 def read_text_file(path: str | Path, *, what: str) -> str:

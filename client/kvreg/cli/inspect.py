@@ -4,12 +4,13 @@
 (``--json``: the manifest document and nothing else). ``ls`` lists refs with a
 summary of their manifests (no signature checks: it is a listing). ``cat``
 writes an object's raw bytes to stdout after re-hashing them, and records the
-read in the store's access log (the LRU order of disk paging, ``kvreg.store.access_log``).
+read in the store's access log (the LRU order of disk paging). The commands parse
+and render; the reading is the use cases' of ``kvreg.app.inspect``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,17 +19,14 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg import console as output
-from kvreg.app import keyring
+from kvreg.app.inspect import list_refs, read_object, show_artifact
 from kvreg.cli import common
 from kvreg.console import JsonOpt
 from kvreg.core.digest import Digest
-from kvreg.core.envelope import Envelope
-from kvreg.core.errors import KvregError
 from kvreg.core.manifest import Manifest
-from kvreg.store import access_log
-from kvreg.store.artifacts import resolve
 
 _TEXT_PREVIEW = 600
+_UNVERIFIED_NOTE = "[yellow](signature not checked: --unverified)[/yellow]"
 
 
 def _render_manifest(
@@ -93,62 +91,20 @@ def show(
 ) -> None:
     """Show an artifact's manifest (verified: digest and signature)."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    resolved = resolve(home, target)
-    if unverified:
-        manifest = Manifest.from_bytes(home.objects.read(resolved.digest, verify=True))
-        try:
-            envelope = Envelope.from_json_bytes(home.envelopes.get(resolved.digest))
-            claimed = [s.keyid or "?" for s in envelope.signatures]
-        except KvregError:
-            claimed = []
-        signers = [*claimed, "[yellow](signature not checked: --unverified)[/yellow]"]
-    else:
-        artifact = keyring.open_verified(home, target)
-        manifest = artifact.manifest
-        signers = [s.keyid or "?" for s in artifact.envelope.signatures]
-    text: str | None = None
-    if not out.json:
-        try:
-            text = home.objects.read(manifest.text.digest, verify=True).decode("utf-8", errors="replace")
-        except KvregError:
-            text = None
-    ref = str(resolved.ref) if resolved.ref else None
-    out.result(manifest.to_dict(), lambda c: _render_manifest(c, manifest, ref, signers, text))
-
-
-def _summary(home: Any, digest: Digest) -> dict[str, Any]:
-    m = Manifest.from_bytes(home.objects.read(digest, verify=True))
-    v = m.verification
-    return {
-        "token_count": m.token_count,
-        "chunk_count": len(m.chunks),
-        "block_size": m.block_size,
-        "model": m.model.name,
-        "dtype": m.model.dtype,
-        "verdict": v.verdict if v else None,
-        "verifier": v.verifier if v else None,
-        "title": m.annotations.get("title"),
-        "created": m.created,
-    }
+    shown = show_artifact(common.home(ctx), target, unverified=unverified, with_text=not out.json)
+    signers = shown.signers if shown.signature_checked else [*shown.signers, _UNVERIFIED_NOTE]
+    out.result(shown.to_dict(), lambda c: _render_manifest(c, shown.manifest, shown.ref, signers, shown.text))
 
 
 def ls(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List refs with their manifests: digest, tokens, chunks, verdict, title."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    rows: list[dict[str, Any]] = []
-    for entry in home.refs.list():
-        row: dict[str, Any] = {"ref": str(entry.ref), "digest": str(entry.digest), "tag": entry.tag}
-        try:
-            row.update(_summary(home, entry.digest))
-        except KvregError as e:
-            row["error"] = e.to_dict()
-        rows.append(row)
+    listing = list_refs(common.home(ctx))
+    rows = listing.refs
 
     def render(console: Console) -> None:
         if not rows:
-            console.print(f"no refs in {escape(str(home.root))}")
+            console.print(f"no refs in {escape(str(listing.root))}")
             return
         table = Table()
         for col in ("ref", "digest", "tokens", "chunks", "model", "verdict", "title"):
@@ -176,7 +132,7 @@ def ls(ctx: typer.Context, json_output: JsonOpt = False) -> None:
             )
         console.print(table)
 
-    out.result({"refs": rows}, render)
+    out.result(listing.to_dict(), render)
 
 
 def cat(
@@ -185,11 +141,7 @@ def cat(
 ) -> None:
     """Write an object's raw bytes to stdout (re-hashed first)."""
     out = output.get(ctx)
-    home = common.home(ctx)
-    target = Digest(digest)
-    data = home.objects.read(target, verify=True)
-    access_log.touch(home, [target])
-    out.write_bytes(data)
+    out.write_bytes(read_object(common.home(ctx), digest))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ unless ``--no-trust``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -17,18 +17,14 @@ from rich.table import Table
 
 from kvreg import console as output
 from kvreg.app import keyring
+from kvreg.app.keys import export_key, generate_key, list_keys
 from kvreg.cli import common
 from kvreg.console import JsonOpt
-from kvreg.core.errors import KeyFileError
-from kvreg.core.keys import SigningKey
-from kvreg.core.trust import WILDCARD, TrustPolicy
-from kvreg.fileio.atomicfile import atomic_write_bytes
-from kvreg.fileio.keyfiles import load_trust_policy, save_signing_key, save_trust_policy
 
 NameOpt = Annotated[str, typer.Option("--name", "-n", help="Key name (a file name under keys/).")]
 
 
-def generate(
+def generate_cmd(
     ctx: typer.Context,
     name: NameOpt = keyring.DEFAULT_KEY_NAME,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing key of that name.")] = False,
@@ -39,105 +35,60 @@ def generate(
 ) -> None:
     """Generate a signing key (and trust it here for every namespace, unless --no-trust)."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx).ensure()
-    path = keyring.key_path(home, name)
-    if path.exists() and not force:
-        raise KeyFileError(
-            f"a key named {name!r} exists already ({path})",
-            hint="use --force to replace it (the old key is lost), or choose another --name",
-        )
-    key = SigningKey.generate()
-    save_signing_key(key, path, overwrite=force)
-    public = key.public_key
-    atomic_write_bytes(keyring.pub_path(home, name), (public.to_text() + "\n").encode("ascii"), mode=0o644)
-    trusted = False
-    if not no_trust:
-        policy = load_trust_policy(home.trust_path)
-        policy.allow(WILDCARD, public)
-        save_trust_policy(policy, home.trust_path)
-        trusted = True
-    data = {
-        "name": name,
-        "keyid": public.keyid,
-        "public_key": public.to_text(),
-        "path": str(path),
-        "trusted_for": [WILDCARD] if trusted else [],
-    }
+    report = generate_key(common.home(ctx), name, force=force, trust=not no_trust)
 
     def render(console: Console) -> None:
-        console.print(f"[green]Generated key[/green] {escape(name)}: {escape(str(path))} (mode 0600)")
-        console.print(f"  keyid       {public.keyid}")
-        console.print(f"  public key  {public.to_text()}")
-        if trusted:
+        console.print(f"[green]Generated key[/green] {escape(name)}: {escape(str(report.path))} (mode 0600)")
+        console.print(f"  keyid       {report.keyid}")
+        console.print(f"  public key  {report.public_key}")
+        if report.trusted:
             console.print(
-                f"  [green]trusted[/green] for every namespace ('*') in {escape(str(home.trust_path))}"
+                f"  [green]trusted[/green] for every namespace ('*') in {escape(str(report.trust_path))}"
             )
         else:
             console.print("  [yellow]not trusted[/yellow] here (--no-trust); others add it with:")
-            console.print(f"    kvreg trust add NAMESPACE {public.to_text()}")
+            console.print(f"    kvreg trust add NAMESPACE {report.public_key}")
 
-    out.result(data, render)
-
-
-def _trusted_for(policy: TrustPolicy, keyid: str) -> list[str]:
-    return [pattern for pattern, keys in policy.namespaces().items() if any(k.keyid == keyid for k in keys)]
+    out.result(report.to_dict(), render)
 
 
-def list_keys(ctx: typer.Context, json_output: JsonOpt = False) -> None:
+def list_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the signing keys in this store."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    policy = load_trust_policy(home.trust_path)
-    rows: list[dict[str, Any]] = []
-    for name, public in keyring.local_public_keys(home).items():
-        rows.append(
-            {
-                "name": name,
-                "keyid": public.keyid,
-                "public_key": public.to_text(),
-                "private": keyring.key_path(home, name).exists(),
-                "trusted_for": _trusted_for(policy, public.keyid),
-            }
-        )
+    listing = list_keys(common.home(ctx))
 
     def render(console: Console) -> None:
-        if not rows:
+        if not listing.keys:
             console.print("no keys; create one with: kvreg keys generate")
             return
-        table = Table(title=f"keys in {home.keys_dir}")
+        table = Table(title=f"keys in {listing.keys_dir}")
         for col in ("name", "keyid", "public key", "private", "trusted for"):
             table.add_column(col)
-        for r in rows:
+        for k in listing.keys:
             table.add_row(
-                escape(r["name"]),
-                r["keyid"][:19] + "…",
-                r["public_key"],
-                "yes" if r["private"] else "no",
-                ", ".join(r["trusted_for"]) or "-",
+                escape(k.name),
+                k.keyid[:19] + "…",
+                k.public_key,
+                "yes" if k.private else "no",
+                ", ".join(k.trusted_for) or "-",
             )
         console.print(table)
 
-    out.result({"keys": rows}, render)
+    out.result(listing.to_dict(), render)
 
 
-def export(
+def export_cmd(
     ctx: typer.Context, name: NameOpt = keyring.DEFAULT_KEY_NAME, json_output: JsonOpt = False
 ) -> None:
     """Print a key's public half (ed25519:...), for `kvreg trust add` elsewhere."""
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    public = keyring.local_public_keys(home).get(keyring.validate_key_name(name))
-    if public is None:
-        raise KeyFileError(
-            f"no key named {name!r} in {home.keys_dir}", hint="list them with: kvreg keys list"
-        )
-    data = {"name": name, "keyid": public.keyid, "public_key": public.to_text()}
-    out.result(data, lambda console: console.print(public.to_text()))
+    report = export_key(common.home(ctx), name)
+    out.result(report.to_dict(), lambda console: console.print(report.public_key))
 
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Signing keys: generate, list, export.", no_args_is_help=True)
-    group.command("generate")(generate)
-    group.command("list")(list_keys)
-    group.command("export")(export)
+    group.command("generate")(generate_cmd)
+    group.command("list")(list_cmd)
+    group.command("export")(export_cmd)
     app.add_typer(group, name="keys")
