@@ -20,22 +20,11 @@ old a signed checkpoint may be before the remote is taken for frozen.
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from kvreg import console as output
@@ -45,6 +34,7 @@ from kvreg.app.ls_remote import list_remote_refs
 from kvreg.app.pull import pull_from_remote
 from kvreg.app.push import push_to_remote
 from kvreg.cli import common
+from kvreg.cli.transfer_bars import human_size, transfer_bars
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
 
@@ -56,15 +46,6 @@ JobsOpt = Annotated[
 ]
 
 _MAX_STDIN_TOKEN = 4096
-
-
-def _human(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def audit_line(audit: dict[str, Any] | None) -> str | None:
@@ -89,65 +70,6 @@ def _parse_ref(value: str, what: str) -> RefName:
         return RefName.parse(value)
     except UsageError as e:
         raise UsageError(f"{what}: {e.message}", hint=e.hint) from e
-
-
-# --- progress bars ---------------------------------------------------------------------------
-
-
-class _Bars:
-    """A transfer's ``Progress`` (kvreg.remote.progress's protocol) on stderr: bytes, rate, ETA, objects."""
-
-    def __init__(self, console: Console, label: str) -> None:
-        self._label = label
-        self._bars = RichProgress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[objects]}"),
-            console=console,
-            transient=False,
-        )
-        self._task: Any = None
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = 0
-
-    def start(self, total_bytes: int, total_objects: int) -> None:
-        if total_objects == 0:
-            return
-        self._total = total_objects
-        self._bars.start()
-        self._task = self._bars.add_task(self._label, total=total_bytes, objects=f"0/{total_objects} objects")
-
-    def advance(self, n_bytes: int) -> None:
-        if self._task is not None:
-            self._bars.advance(self._task, n_bytes)
-
-    def object_done(self) -> None:
-        if self._task is None:
-            return
-        with self._lock:
-            self._done += 1
-            text = f"{self._done}/{self._total} objects"
-        self._bars.update(self._task, objects=text)
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._bars.stop()
-
-
-@contextmanager
-def _progress(out: output.Output, label: str) -> Iterator[_Bars | None]:
-    if out.json or not out.err.is_terminal:
-        yield None
-        return
-    bars = _Bars(out.err, label)
-    try:
-        yield bars
-    finally:
-        bars.stop()
 
 
 # --- remote add / list / remove ----------------------------------------------------------------
@@ -340,7 +262,7 @@ def push(
     local = _parse_ref(ref, "REF")
     target = _parse_ref(as_, "--as") if as_ is not None else None
     known = keyring.local_public_keys(home).values()
-    with _progress(out, f"push {local}") as progress:
+    with transfer_bars(out, f"push {local}") as progress:
         report = push_to_remote(
             home, name, local, remote_ref=target, tag=tag, jobs=jobs, progress=progress, known_keys=known
         )
@@ -350,8 +272,8 @@ def push(
         what = _ref_change(report)
         console.print(
             f"pushed {escape(report.ref)} to {escape(name)} as [bold]{escape(report.remote_ref)}[/bold]: "
-            f"{report.objects_sent} of {report.objects_total} objects sent ({_human(report.bytes_sent)}), "
-            f"ref {what}"
+            f"{report.objects_sent} of {report.objects_total} objects sent "
+            f"({human_size(report.bytes_sent)}), ref {what}"
         )
         console.print(f"manifest {report.digest}")
         line = audit_line(report.audit)
@@ -424,7 +346,7 @@ def pull(
     remote_ref = _parse_ref(ref, "REF")
     local = _parse_ref(as_, "--as") if as_ is not None else None
     known = keyring.local_public_keys(home).values()
-    with _progress(out, f"pull {remote_ref}") as progress:
+    with transfer_bars(out, f"pull {remote_ref}") as progress:
         report = pull_from_remote(
             home,
             name,
@@ -443,7 +365,7 @@ def pull(
         what = _ref_change(report)
         console.print(
             f"pulled {escape(report.ref)} from {escape(name)} as [bold]{escape(report.local_ref)}[/bold]: "
-            f"{fetched} of {report.objects_total} objects fetched ({_human(report.bytes_downloaded)}), "
+            f"{fetched} of {report.objects_total} objects fetched ({human_size(report.bytes_downloaded)}), "
             f"{report.objects_local} already here; ref {what}"
         )
         if report.lazy:
@@ -456,7 +378,7 @@ def pull(
         ev = report.eviction
         if ev is not None and ev["evicted"]:
             console.print(
-                f"evicted {len(ev['evicted'])} other object(s) ({_human(ev['bytes_freed'])}) "
+                f"evicted {len(ev['evicted'])} other object(s) ({human_size(ev['bytes_freed'])}) "
                 "to stay under store.max-bytes"
             )
         console.print(f"manifest {report.digest}, signed by {report.signer or '?'}")
