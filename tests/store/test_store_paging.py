@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from kvreg.core import sizes
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ConfigError, ObjectNotFoundError, RefNotFoundError, UsageError
 from kvreg.core.names import RefName
@@ -63,13 +64,13 @@ def _evict(home: Home, budget: int | None, **kw):
     ],
 )
 def test_parse_size(text, expected):
-    assert settings_file.parse_size(text) == expected
+    assert sizes.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "-1GB", "12XB", "GiB", "1e9", "lots"])
 def test_parse_size_refuses(text):
     with pytest.raises(UsageError):
-        settings_file.parse_size(text)
+        sizes.parse_size(text)
 
 
 def test_config_set_get_unset_keeps_other_sections(home):

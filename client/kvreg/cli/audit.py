@@ -1,7 +1,8 @@
 """``kvreg audit verify|export|show``: hold a registry to its append-only audit log.
 
-Thin commands over ``kvreg.remote.auditlog`` (the pinned key and checkpoint of
-each remote) and ``kvreg.remote.auditexport`` (whole logs and export files):
+The commands parse their arguments and render the reports of the use cases in
+``kvreg.app.audit`` (over the pinned key and checkpoint of each remote and the
+whole logs and export files):
 
 - ``kvreg audit verify REMOTE`` downloads every entry up to a fresh signed
   checkpoint (itself consistent with the one this store saw before) and checks
@@ -22,7 +23,7 @@ Any inconsistency exits 3 and stores nothing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,19 +31,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.audit import AuditVerifyRequest, export_audit, show_audit, verify_audit
 from kvreg.cli import common
 from kvreg.console import JsonOpt
-from kvreg.core.errors import NotFoundError, UsageError
-from kvreg.core.logverify import parse_log_key
-from kvreg.core.remote_names import validate_remote_name
-from kvreg.remote.auditexport import (
-    compare_with_export,
-    export_log,
-    verify_export,
-    verify_remote_log,
-)
-from kvreg.remote.auditlog import contact
-from kvreg.store.audit_state import RemoteLogStore
 
 
 def _types_table(console: Console, types: dict[str, int]) -> None:
@@ -94,45 +85,9 @@ def verify(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    if remote is None and file is None:
-        raise UsageError("name a REMOTE, or an export with --file FILE", hint="kvreg audit verify origin")
-    if remote is not None and pinned_remote is not None:
-        raise UsageError("--remote is for offline checks of --file; with REMOTE the registry is contacted")
-    if file is None and (key is not None or pinned_remote is not None):
-        raise UsageError("--key and --remote check an export: give it with --file FILE")
-
-    data: dict[str, Any] = {}
-    export = None
-    if file is not None:
-        keys = [] if key is None else [("given with --key", parse_log_key(key))]
-        pin_name = pinned_remote if pinned_remote is not None else remote
-        pinned = None
-        if pin_name is not None:
-            pinned = RemoteLogStore(home).load(validate_remote_name(pin_name))
-            if pinned is None and pinned_remote is not None:
-                raise NotFoundError(
-                    f"no audit-log key is pinned for remote {pinned_remote!r}",
-                    hint=f"contact it once (kvreg audit show {pinned_remote}) or give the key with --key",
-                )
-        with out.status(f"verifying {file}"):
-            export = verify_export(file, keys=keys, pinned=pinned)
-        data["file"] = export.to_dict()
-
-    if remote is not None:
-        with contact(home, remote) as (_client, audit), out.status(f"downloading the audit log of {remote}"):
-            result = verify_remote_log(audit)
-            summary = audit.summary()
-            if export is not None:
-                data["extends_file"] = compare_with_export(result, export, where=audit.where)
-        data.update(
-            {
-                "remote": remote,
-                "url": summary["url"],
-                "first_contact": summary["first_contact"],
-                "previous_size": summary["previous_size"],
-                **result.to_dict(),
-            }
-        )
+    report = verify_audit(home, AuditVerifyRequest(remote, file, key, pinned_remote), out)
+    data = report.to_dict()
+    export = report.export
 
     def render(console: Console) -> None:
         if export is not None:
@@ -186,9 +141,7 @@ def export(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    with contact(home, remote) as (_client, audit), out.status(f"exporting the audit log of {remote}"):
-        result = export_log(audit, out_file)
-    data = {"remote": remote, **result.to_dict()}
+    data = export_audit(home, remote, out_file, out).to_dict()
 
     def render(console: Console) -> None:
         console.print(
@@ -213,9 +166,7 @@ def show(
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
-    with contact(home, remote) as (_client, audit):
-        audit.check()
-        data = audit.summary()
+    data = show_audit(home, remote).to_dict()
 
     def render(console: Console) -> None:
         if not data["audit_log"]:

@@ -22,8 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from kvreg import console as output
-from kvreg.app.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE
-from kvreg.app.numerics import prepare_numerics, quiet_libraries
+from kvreg.app.loader import start_engine
 from kvreg.cli.flywheel import render_flywheel
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError, UsageError
@@ -275,16 +274,11 @@ def demo_cmd(
         work, temporary = workdir, False
     else:
         work, temporary = Path(tempfile.mkdtemp(prefix="kvreg-demo-")), True
-    prepare_numerics(DEFAULT_PROFILE, DEFAULT_DEVICE)
-    quiet_libraries(out.verbose)
     try:
-        with out.status("starting the engine (torch, transformers)"):
-            # imported here (torch): the numerics profile must be in place first
-            from kvreg.app.demo.scenario import run_demo
-            from kvreg.app.flywheel.loop import FlywheelSpec
-            from kvreg.engine.runtime import silence_transformers
-
-            silence_transformers(out.verbose)
+        start_engine(out)
+        # imported here (torch): the numerics profile must be in place first
+        from kvreg.app.demo.scenario import run_demo
+        from kvreg.app.flywheel.loop import FlywheelSpec
 
         def progress(message: str) -> None:
             out.note(f"[dim]demo:[/dim] {escape(message)}")

@@ -1,6 +1,6 @@
 """``kvreg flywheel``: exam the frozen model, build a verified library, exam again through ``ask``.
 
-It runs the flywheel use case (:func:`kvreg.app.flywheel.run.run_in_store`) in this store with the bundled
+It runs the flywheel use case (:func:`kvreg.app.flywheel.session.run_session`) in this store with the bundled
 arithmetic model (or ``--model``), signs the deposits with ``--key``, and with
 ``--push REMOTE`` pushes the library to a registry (the second exam then also
 routes over that registry). The table at the end is the one in docs/flywheel.md;
@@ -19,14 +19,12 @@ from rich.console import Console
 
 from kvreg import console as output
 from kvreg.app import keyring
-from kvreg.app.engine_options import EngineOptions
 from kvreg.app.flywheel.preflight import signer_trusted
-from kvreg.app.loader import load_engine
+from kvreg.app.flywheel.session import FlywheelRequest, run_session
 from kvreg.cli import common
 from kvreg.cli.engine_options import ThreadsOpt
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError
-from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
 
 
 def render_flywheel(console: Console, report: dict[str, Any], *, title: str = "the flywheel") -> None:
@@ -162,13 +160,10 @@ def flywheel_cmd(
             f"key {key!r} is not trusted for {namespace!r} in this store: the second exam will not graft "
             f"the library (kvreg trust add {namespace} {signing_key.public_key.to_text()})"
         )
-    fields = EngineOptions(threads=threads, block_size=BLOCK_SIZE).for_new()
-    lm, _ = load_engine(out, model or model_path(), fields, home)
-    # imported once the engine is loaded (torch): the numerics profile must be in place first
-    from kvreg.app.flywheel.loop import FlywheelSpec
-    from kvreg.app.flywheel.run import run_in_store
-
-    spec = FlywheelSpec(
+    request = FlywheelRequest(
+        model=model,
+        namespace=namespace,
+        push_to=push_to,
         repeat_easy=repeat_easy,
         repeat_hard=repeat_hard,
         unseen_easy=unseen_easy,
@@ -176,13 +171,13 @@ def flywheel_cmd(
         attempts=attempts,
         temperature=temperature,
         seed=seed,
-        namespace=namespace,
+        threads=threads,
     )
 
     def say(message: str) -> None:
         out.note(f"[dim]flywheel:[/dim] {message}")
 
-    report = run_in_store(lm, home, signing_key, spec, push_to=push_to, progress=say).to_dict()
+    report = run_session(home, signing_key, request, out, progress=say).to_dict()
     m = report["metrics"]
     error = None
     if m["wrong_grafts"] or m["byte_exact_passed"] != m["byte_exact_checks"]:

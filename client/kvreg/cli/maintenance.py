@@ -3,9 +3,10 @@
 ``fsck`` re-hashes every object, moves damaged ones to ``quarantine/`` (unless
 ``--no-quarantine``) and checks refs, envelopes and manifests; it exits 3 when it
 finds a problem. ``gc`` deletes what no ref reaches and is older than the grace
-period (``kvreg.store.gc``); with ``--evict`` it then evicts least recently used
-unpinned objects until the store fits ``store.max-bytes`` (``kvreg.store.eviction``).
-Objects evicted that way are listed by ``fsck`` as evicted, not as problems.
+period; with ``--evict`` it then evicts least recently used unpinned objects until
+the store fits ``store.max-bytes``. Objects evicted that way are listed by ``fsck``
+as evicted, not as problems. The commands parse their arguments and render the
+reports of the use cases in ``kvreg.app.maintenance``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvreg import console as output
+from kvreg.app.maintenance import DEFAULT_GRACE_SECONDS, check_store, collect_garbage
 from kvreg.cli import common
 from kvreg.cli.paging import render_evict
 from kvreg.console import JsonOpt
-from kvreg.core.errors import IntegrityError, UsageError
-from kvreg.store import eviction
-from kvreg.store.fsck import fsck
-from kvreg.store.gc import DEFAULT_GRACE_SECONDS, collect_garbage
+from kvreg.core.errors import UsageError
 
 
 def fsck_cmd(
@@ -38,14 +37,8 @@ def fsck_cmd(
     out = output.get(ctx, json_output)
     home = common.home(ctx)
     with out.status(f"checking {home.root}"):
-        report = fsck(home, quarantine=not no_quarantine)
-    data = report.to_dict()
-    error = None
-    if not report.ok:
-        error = IntegrityError(
-            f"fsck found {len(report.problems)} problem(s) in {home.root}",
-            hint="damaged objects are in quarantine/; pull or deposit them again",
-        )
+        checked = check_store(home, quarantine=not no_quarantine)
+    report = checked.fsck
 
     def render(console: Console) -> None:
         console.print(
@@ -73,7 +66,7 @@ def fsck_cmd(
             table.add_row(str(p.kind), escape(p.subject), escape(p.message))
         console.print(table)
 
-    out.result(data, render, error=error)
+    out.result(checked.to_dict(), render, error=checked.error)
 
 
 def gc_cmd(
@@ -96,9 +89,9 @@ def gc_cmd(
     if grace < 0:
         raise UsageError(f"--grace must not be negative, got {grace}")
     home = common.home(ctx)
-    report = collect_garbage(home, grace_seconds=grace, dry_run=dry_run)
+    collected = collect_garbage(home, grace_seconds=grace, dry_run=dry_run, evict=evict)
+    report, evicted = collected.gc, collected.eviction
     verb = "would remove" if dry_run else "removed"
-    evicted = eviction.evict(home, dry_run=dry_run, grace_seconds=grace) if evict else None
 
     def render(console: Console) -> None:
         console.print(
@@ -109,10 +102,7 @@ def gc_cmd(
         if evicted is not None:
             render_evict(evicted, console)
 
-    data = report.to_dict()
-    if evicted is not None:
-        data["eviction"] = evicted.to_dict()
-    out.result(data, render)
+    out.result(collected.to_dict(), render)
 
 
 def register(app: typer.Typer) -> None:

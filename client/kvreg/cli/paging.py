@@ -2,25 +2,25 @@
 
 ``store.max-bytes`` (``kvreg config set store.max-bytes 20GiB``) is the budget;
 ``kvreg evict`` (or ``kvreg gc --evict``) deletes the least recently used objects
-until the store fits, never those of a pinned ref or of a graft in progress
-(``kvreg.store.eviction``). An evicted artifact keeps its ref; ``kvreg pull`` brings
-its objects back.
+until the store fits, never those of a pinned ref or of a graft in progress.
+An evicted artifact keeps its ref; ``kvreg pull`` brings its objects back. The
+commands parse their arguments and render the reports of the use cases in
+``kvreg.app.paging``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from kvreg import console as output
+from kvreg.app import paging
 from kvreg.cli import common
 from kvreg.console import JsonOpt
-from kvreg.core.errors import UsageError
-from kvreg.store import eviction, pins
-from kvreg.store.settings_file import format_size, parse_size
+from kvreg.core.sizes import format_size
 
 TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/name) or a manifest digest.")]
 
@@ -28,27 +28,32 @@ TargetArg = Annotated[str, typer.Argument(metavar="REF", help="A ref (namespace/
 def pin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = False) -> None:
     """Never evict what REF reaches (the pin follows the ref when it moves)."""
     out = output.get(ctx, json_output)
-    new = pins.pin(common.home(ctx), target)
+    report = paging.pin(common.home(ctx), target)
     out.result(
-        {"pinned": target, "new": new},
-        lambda c: c.print(f"pinned {escape(target)}" if new else f"{escape(target)} was pinned already"),
+        report.to_dict(),
+        lambda c: c.print(
+            f"pinned {escape(target)}" if report.new else f"{escape(target)} was pinned already"
+        ),
     )
 
 
 def unpin_cmd(ctx: typer.Context, target: TargetArg, json_output: JsonOpt = False) -> None:
     """Let eviction remove REF's objects again when the store is over budget."""
     out = output.get(ctx, json_output)
-    was = pins.unpin(common.home(ctx), target)
+    report = paging.unpin(common.home(ctx), target)
     out.result(
-        {"unpinned": target, "was_pinned": was},
-        lambda c: c.print(f"unpinned {escape(target)}" if was else f"{escape(target)} was not pinned"),
+        report.to_dict(),
+        lambda c: c.print(
+            f"unpinned {escape(target)}" if report.was_pinned else f"{escape(target)} was not pinned"
+        ),
     )
 
 
 def pins_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     """List the pinned refs and digests."""
     out = output.get(ctx, json_output)
-    items = pins.pinned(common.home(ctx))
+    report = paging.list_pins(common.home(ctx))
+    items = report.pins
 
     def render(console: Console) -> None:
         if not items:
@@ -56,10 +61,33 @@ def pins_cmd(ctx: typer.Context, json_output: JsonOpt = False) -> None:
         for p in items:
             console.print(escape(p))
 
-    out.result({"pins": items}, render)
+    out.result(report.to_dict(), render)
 
 
-def render_evict(report: eviction.EvictReport, console: Console) -> None:
+class EvictReport(Protocol):
+    """What :func:`render_evict` reads of an eviction's report (``kvreg.app.paging.evict``)."""
+
+    @property
+    def dry_run(self) -> bool: ...
+    @property
+    def max_bytes(self) -> int | None: ...
+    @property
+    def bytes_after(self) -> int: ...
+    @property
+    def bytes_freed(self) -> int: ...
+    @property
+    def evicted(self) -> list[dict[str, Any]]: ...
+    @property
+    def over_budget(self) -> bool: ...
+    @property
+    def protected_pinned(self) -> int: ...
+    @property
+    def protected_leased(self) -> int: ...
+    @property
+    def protected_other(self) -> int: ...
+
+
+def render_evict(report: EvictReport, console: Console) -> None:
     verb = "would evict" if report.dry_run else "evicted"
     if report.max_bytes is None:
         console.print("no budget set (kvreg config set store.max-bytes SIZE); nothing evicted")
@@ -80,14 +108,7 @@ def render_evict(report: eviction.EvictReport, console: Console) -> None:
 
 def run_evict(ctx: typer.Context, max_bytes: str | None, dry_run: bool, json_output: bool) -> None:
     out = output.get(ctx, json_output)
-    home = common.home(ctx)
-    if max_bytes is None:
-        report = eviction.evict(home, dry_run=dry_run)
-    else:
-        budget = parse_size(max_bytes)
-        if budget is None:
-            raise UsageError("--max-bytes needs a size, e.g. 20GiB")
-        report = eviction.evict(home, max_bytes=budget, dry_run=dry_run)
+    report = paging.evict(common.home(ctx), max_bytes=max_bytes, dry_run=dry_run)
     out.result(report.to_dict(), lambda c: render_evict(report, c))
 
 

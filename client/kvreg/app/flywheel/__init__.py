@@ -2,7 +2,8 @@
 
 :mod:`.loop` runs the three phases (baseline, library, exam again),
 :mod:`.library` verifies and deposits the library, :mod:`.run` is ``kvreg
-flywheel`` in a store (pushing to a remote when asked) and :mod:`.preflight` the
-checks made before the engine is loaded. The model, its task and its exams are
+flywheel`` in a store (pushing to a remote when asked), :mod:`.session` loads the
+model and runs it, and :mod:`.preflight` holds the checks made before the engine
+is loaded. The model, its task and its exams are
 in ``kvreg.engine.flywheel``. Nothing here renders or prints.
 """
