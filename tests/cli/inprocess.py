@@ -140,8 +140,8 @@ def run_in_process(
     stdin_stream = io.TextIOWrapper(io.BytesIO((stdin or "").encode()), encoding="utf-8")
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_argv, saved_cwd, saved_execve = sys.argv, os.getcwd(), os.execve
-    saved_may_reexec = numerics._Process.may_reexec
     torch_state = _torch_state()
+    saved_may_reexec = numerics.allow_reexec(False)  # put back below
     try:
         with _environment(env), _logging_kept():
             sys.argv = ["kvreg", *argv]
@@ -160,7 +160,7 @@ def run_in_process(
         return None
     finally:
         os.execve = saved_execve
-        numerics._Process.may_reexec = saved_may_reexec
+        numerics.allow_reexec(saved_may_reexec)
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         sys.argv = saved_argv
         os.chdir(saved_cwd)

@@ -37,13 +37,16 @@ class _Process:
     may_reexec = False
 
 
-def allow_reexec() -> None:
+def allow_reexec(allowed: bool = True) -> bool:
     """Declare this process the ``kvreg`` command: :func:`prepare_numerics` may re-execute it.
 
-    Only ``kvreg.cli.main.main`` calls this; a library caller that imported torch
-    under the wrong environment gets a ``ConfigError`` naming the variables instead.
+    Only ``kvreg.cli.main.main`` calls this (a test harness that runs the command in its
+    own process sets it around the call and puts the previous value back, which this
+    returns); a library caller that imported torch under the wrong environment gets a
+    ``ConfigError`` naming the variables instead.
     """
-    _Process.may_reexec = True
+    previous, _Process.may_reexec = _Process.may_reexec, allowed
+    return previous
 
 
 def prepare_numerics(profile: str, device: str) -> None:
