@@ -74,7 +74,7 @@ def test_bad_mixes_and_messages_files_store_nothing(tmp_path: Path, models: Any)
         "not both": ["deposit", model, "--ref", "c/x", "--messages-file", shots, "--prompt-file", text],
         "give --text-file": ["deposit", model, "--ref", "c/x", "--prompt-file", text],
         "has no 'content'": ["deposit", model, "--ref", "c/x", "--messages-file", bad],
-        "not two of them": [
+        "or --append-file, not both": [
             "graft",
             "c/x",
             "--model",

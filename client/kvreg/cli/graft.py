@@ -150,7 +150,7 @@ def graft_cmd(
     """
     out = output.get(ctx, json_output)
     if (prompt_file is not None or messages_file is not None) and append_file is not None:
-        raise UsageError("give --prompt-file, --messages-file or --append-file, not two of them")
+        raise UsageError("give --prompt-file (or --messages-file) or --append-file, not both")
     prompt_given = prompt_file is not None or messages_file is not None or chat
     if shift_after_file is not None and (prompt_given or append_file or blocks or check):
         raise UsageError(
