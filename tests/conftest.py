@@ -45,7 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class TinyModels:
-    """Tiny model directories (``kvreg.engine.tiny``, seed 0), built on first use, once per session."""
+    """Tiny model directories (``kvreg.engine.tiny``, seed 0), built on first use, once per session.
+
+    ``ARCH-chat`` (e.g. ``llama-chat``) is ARCH with the ChatML chat template and its two
+    special tokens (``kvreg.engine.tiny.CHATML_TEMPLATE``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -53,9 +56,11 @@ class TinyModels:
 
     def __getitem__(self, arch: str) -> Path:
         if arch not in self._built:
-            from kvreg.engine.tiny import build_model_dir
+            from kvreg.engine.tiny import CHATML_TEMPLATE, build_model_dir
 
-            self._built[arch] = build_model_dir(self.root / arch, arch, seed=0)
+            base, chat = arch.removesuffix("-chat"), arch.endswith("-chat")
+            template = CHATML_TEMPLATE if chat else None
+            self._built[arch] = build_model_dir(self.root / arch, base, seed=0, chat_template=template)
         return self._built[arch]
 
 

@@ -96,6 +96,18 @@ def test_accessors() -> None:
     assert m.config.fields["threads"] == 1 and m.annotations["title"] == "t" and m.model.name == "tiny-llama"
 
 
+def test_a_chat_prompt_names_its_template_and_messages() -> None:
+    doc = make_doc(10, 4)
+    doc["prompt"] = {**PROMPT, "chat": {**CHAT, "generation_prompt": False}}
+    m = Manifest.from_dict(doc)
+    assert m.prompt is not None and m.prompt.chat is not None
+    assert (m.prompt.chat.template, m.prompt.chat.messages) == (d("template"), d("messages"))
+    assert m.prompt.chat.generation_prompt is False
+    assert m.object_digests()[-2:] == [d("p"), d("messages")]  # the messages travel with the artifact
+    doc["prompt"] = dict(PROMPT)  # a prompt without the field: plain text, as before
+    assert Manifest.from_dict(doc).prompt.chat is None  # type: ignore[union-attr]
+
+
 def test_object_digests_deduplicate() -> None:
     same = d("same")
     doc = make_doc(8, 4, chunk_digests=[same, same])
@@ -176,6 +188,9 @@ def _del(path: str) -> Mutation:
     return apply
 
 
+PROMPT = {"digest": d("p"), "size": 1, "token_count": 1}
+CHAT = {"template": d("template"), "messages": d("messages"), "generation_prompt": True}
+
 INVALID: list[tuple[str, Mutation, str]] = [
     ("schema-other", _set("schema", "kvreg.manifest/v2"), "schema"),
     ("schema-missing", _del("schema"), "schema"),
@@ -224,6 +239,23 @@ INVALID: list[tuple[str, Mutation, str]] = [
     ),
     ("prompt-zero", _set("prompt", {"digest": d("p"), "size": 1, "token_count": 0}), "prompt.token_count"),
     ("prompt-size", _set("prompt", {"digest": d("p"), "size": -1, "token_count": 1}), "prompt.size"),
+    ("chat-not-object", _set("prompt", {**PROMPT, "chat": True}), "prompt.chat"),
+    (
+        "chat-template",
+        _set("prompt", {**PROMPT, "chat": {**CHAT, "template": "sha256:1"}}),
+        "prompt.chat.template",
+    ),
+    ("chat-messages", _set("prompt", {**PROMPT, "chat": {**CHAT, "messages": None}}), "prompt.chat.messages"),
+    (
+        "chat-generation-prompt",
+        _set("prompt", {**PROMPT, "chat": {**CHAT, "generation_prompt": 1}}),
+        "prompt.chat.generation_prompt",
+    ),
+    (
+        "chat-generation-missing",
+        _set("prompt", {**PROMPT, "chat": {"template": d("t"), "messages": d("m")}}),
+        "prompt.chat.generation_prompt",
+    ),
     ("chunks-empty", _set("chunks", []), "chunks"),
     ("chunks-object", _set("chunks", {}), "chunks"),
     ("chunk-not-object", _set("chunks[0]", "x"), "chunks[0]"),

@@ -23,8 +23,10 @@ This is what ``kvreg ask`` and the flywheel's exam call. One request runs:
 
 :func:`answer` is the ``kvreg ask`` use case: load the model, open the registry
 (with a remote), tokenize the prompt as ``graft --prompt-file`` does, ask, and
-report the completion. Falling back to plain generation is an answer, not a
-failure.
+report the completion. The prompt may be chat messages (``kvreg.app.prompts``),
+rendered with the model's template as a chat client renders them, so a repeat
+question finds the artifact deposited from the same messages. Falling back to plain
+generation is an answer, not a failure.
 
 Nothing here prints; the results are plain objects the CLI renders. The engine
 is imported inside the functions, once the model is loaded, so importing this
@@ -45,6 +47,7 @@ from kvreg.app import keyring
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.loader import load_engine
+from kvreg.app.prompts import Prompt, encode_prompt
 from kvreg.app.router import MODES as ROUTE_MODES
 from kvreg.app.router import route
 from kvreg.core.blockkey import block_keys
@@ -393,7 +396,7 @@ def _fetch_and_generate(
 @dataclass(frozen=True)
 class AskRequest:
     model: Path
-    prompt_text: str
+    prompt_text: Prompt  # text, or chat messages rendered with the model's template
     mode: str = "auto"
     remote: str | None = None  # also route over this registry (kvreg remote add)
     namespaces: Sequence[str] = ()  # with remote: route within these only (default: all readable)
@@ -431,7 +434,7 @@ def answer(home: Home, request: AskRequest, feedback: Feedback | None = None) ->
     if request.namespaces and request.remote is None:
         raise UsageError("--namespace needs --remote")
     lm, _ = load_engine(feedback, request.model, request.engine.for_new(), home)
-    prompt = lm.encode(request.prompt_text, first=True)
+    prompt = encode_prompt(lm, request.prompt_text)
     with (
         _remote_source(home, request.remote, request.namespaces) as source,
         feedback.status(f"answering ({request.mode}, {len(prompt)} tokens)"),

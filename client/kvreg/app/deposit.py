@@ -5,7 +5,11 @@ policy does not trust it for the ref's namespace: grafts here would refuse the
 artifact), then loads the engine and runs ``kvreg.engine.deposit.deposit``:
 prefill on the block grid, one chunk per block (chunks already stored are not
 written again), manifest, signature, objects, envelope, ref. With ``pin`` the ref
-is pinned, so eviction never removes what it reaches. This module renders nothing.
+is pinned, so eviction never removes what it reaches. The prompt is text or chat
+messages (``kvreg.app.prompts``): messages are rendered with the model's chat template,
+their tokens are the artifact's prefix, ``prompt.chat`` in the manifest records it, and
+the text may then be empty (the artifact is the conversation alone, e.g. a few-shot
+prefix). This module renders nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from kvreg.app import keyring
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.loader import load_engine
+from kvreg.app.prompts import Prompt, engine_prompt
+from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
 from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.store import pins
@@ -31,8 +37,8 @@ if TYPE_CHECKING:
 class DepositRequest:
     model: Path
     ref: RefName
-    text: str
-    prompt: str | None = None  # precedes the text; its tokens are the artifact's prefix
+    text: str  # may be "" when the prompt is chat messages: the artifact is the conversation alone
+    prompt: Prompt | None = None  # precedes the text; its tokens are the artifact's prefix
     verification: dict[str, Any] | None = None  # verifier, verdict, evidence
     annotations: dict[str, Any] = field(default_factory=dict)  # title, tags
     key: str = keyring.DEFAULT_KEY_NAME
@@ -60,6 +66,11 @@ class DepositReport:
 def deposit(home: Home, request: DepositRequest, feedback: Feedback | None = None) -> DepositReport:
     """Compute, sign and store the artifact of ``request.text``; move ``request.ref`` to it."""
     feedback = feedback or Silent()
+    if not request.text and (request.prompt is None or isinstance(request.prompt, str)):
+        raise UsageError(
+            "nothing to deposit: the text is empty",
+            hint="give the text, or chat messages to deposit a conversation alone (--messages-file)",
+        )
     signing_key = keyring.load_signing_key(home, request.key)
     namespace = request.ref.namespace
     if all(
@@ -74,6 +85,7 @@ def deposit(home: Home, request: DepositRequest, feedback: Feedback | None = Non
     # Imported here, not at the top: torch loads after load_engine set the numerics environment.
     from kvreg.engine.deposit import deposit as engine_deposit
 
+    prompt = None if request.prompt is None else engine_prompt(lm, request.prompt)
     with feedback.status(f"prefilling and storing {request.ref}"):
         result = engine_deposit(
             lm,
@@ -81,7 +93,7 @@ def deposit(home: Home, request: DepositRequest, feedback: Feedback | None = Non
             text=request.text,
             ref=request.ref,
             key=signing_key,
-            prompt=request.prompt,
+            prompt=prompt,
             verification=request.verification,
             annotations=request.annotations,
         )

@@ -10,6 +10,10 @@ the failure the command must exit with (not byte-exact: exit 3; a receipt that
 should have been sent and was not), after the result is shown. A failed witness
 probe still sends its receipt (``witness: fail``) before the error propagates.
 
+The prompt is text (tokenized with special tokens) or chat messages rendered with
+the model's template (``kvreg.app.prompts``); either way it must begin with the
+artifact's tokens to graft all of it (else the shared full blocks are grafted).
+
 This module renders nothing; ``kvreg.cli.graft`` does.
 """
 
@@ -26,6 +30,7 @@ from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.graft_receipt import receipt_sender
 from kvreg.app.loader import load_engine
+from kvreg.app.prompts import Prompt, encode_prompt
 from kvreg.core.errors import KvregError, NotByteExactError, WitnessMismatchError
 from kvreg.store.artifacts import read_tokens
 from kvreg.store.home import Home
@@ -39,7 +44,7 @@ class GraftRequest:
 
     ref: str  # NS/NAME or sha256:<hex>
     model: Path
-    prompt_text: str | None = None  # the full prompt; must begin with the artifact
+    prompt_text: Prompt | None = None  # the full prompt (text or chat messages); must begin with the artifact
     append_text: str | None = None  # text after the artifact's own tokens
     blocks: int | None = None  # graft only the first K blocks
     max_new_tokens: int = 32
@@ -116,7 +121,7 @@ def graft(home: Home, request: GraftRequest, feedback: Feedback | None = None) -
 
     prompt: list[int] | None = None
     if request.prompt_text is not None:
-        prompt = lm.encode(request.prompt_text, first=True)
+        prompt = encode_prompt(lm, request.prompt_text)
     elif request.append_text is not None:
         prompt = tokens + lm.encode(request.append_text, first=False)
     try:

@@ -2,7 +2,8 @@
 
 It loads MODEL under the engine options given (the artifacts it can use are
 those computed under the same config, block size included), tokenizes the prompt
-as ``graft --prompt-file`` does and calls :func:`kvreg.app.ask.ask`: route
+as ``graft --prompt-file`` does (``--chat``/``--messages-file``: rendered with the
+model's chat template, as ``deposit`` renders them) and calls :func:`kvreg.app.ask.ask`: route
 over the local store (and, with ``--remote``, over the registry's route endpoint,
 pulling lazily and fetching only the chunks the graft reads), graft, decode.
 
@@ -51,7 +52,18 @@ def ask_cmd(
     model: Annotated[
         Path, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
     ],
-    prompt_file: Annotated[Path, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")],
+    prompt_file: Annotated[
+        Path | None, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")
+    ] = None,
+    messages_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--messages-file",
+            metavar="FILE",
+            help=f"The prompt as chat messages (a JSON list of {{role, content}}), {common.CHAT_RULE}.",
+        ),
+    ] = None,
+    chat: common.ChatOpt = False,
     remote: Annotated[
         str | None,
         typer.Option(
@@ -95,15 +107,21 @@ def ask_cmd(
       kvreg ask --model ./model --prompt-file q.txt
 
       kvreg ask --model ./model --prompt-file q.txt --remote origin --mode knowledge --json
+
+      kvreg ask --model ./instruct-model --prompt-file q.txt --chat
     """
     out = output.get(ctx, json_output)
     if namespace and remote is None:
         raise UsageError("--namespace needs --remote")
+    prompt = common.read_prompt(prompt_file, messages_file, chat)
+    if prompt is None:
+        raise UsageError(
+            "give the prompt: --prompt-file FILE (with --chat for a chat model) or --messages-file FILE"
+        )
     home = common.home(ctx)
-    prompt_text = common.read_text_file(prompt_file, what="prompt file")
     request = AskRequest(
         model=model,
-        prompt_text=prompt_text,
+        prompt_text=prompt,
         mode=str(mode),
         remote=remote,
         namespaces=tuple(namespace or ()),

@@ -1,4 +1,4 @@
-"""Small helpers the command modules share: the store of this invocation, input files.
+"""Small helpers the command modules share: the store of this invocation, input files, prompts.
 
 Everything here raises ``KvregError`` subclasses with a hint; nothing prints
 (``kvreg.console`` does).
@@ -13,10 +13,25 @@ from typing import Annotated, Any
 import typer
 
 from kvreg.app.home import StoreHome, open_home
+from kvreg.app.prompts import Prompt, chat_turn, load_messages_file
 from kvreg.console import CliState
 from kvreg.core.errors import UsageError
 
 _MAX_TEXT_BYTES = 256 * 1024 * 1024
+
+#: How ``--messages-file`` and ``--chat`` prompts are rendered (for the options' help).
+CHAT_RULE = (
+    "rendered with the model's own chat template, with the assistant's generation prompt "
+    "unless the last message is the assistant's"
+)
+ChatOpt = Annotated[
+    bool,
+    typer.Option(
+        "--chat",
+        help="Send --prompt-file as one user turn, rendered with the model's own chat template "
+        "(as a chat client would).",
+    ),
+]
 
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
@@ -62,3 +77,20 @@ def parse_json_object(text: str, *, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{source} must be a JSON object, not {type(value).__name__}")
     return value
+
+
+def read_prompt(prompt_file: Path | None, messages_file: Path | None, chat: bool) -> Prompt | None:
+    """The prompt the options give: ``--prompt-file`` text, that text as one user turn
+    (``--chat``), ``--messages-file`` messages, or None; ``UsageError`` for a bad mix."""
+    if messages_file is not None and prompt_file is not None:
+        raise UsageError("give --prompt-file or --messages-file, not both")
+    if chat and prompt_file is None:
+        if messages_file is not None:
+            raise UsageError("--messages-file is already chat messages: drop --chat")
+        raise UsageError("--chat sends --prompt-file as one user turn: give --prompt-file FILE")
+    if messages_file is not None:
+        return load_messages_file(messages_file)
+    if prompt_file is None:
+        return None
+    text = read_text_file(prompt_file, what="prompt file")
+    return chat_turn(text) if chat else text

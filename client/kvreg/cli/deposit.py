@@ -31,6 +31,7 @@ from kvreg.cli.engine_options import (
     ThreadsOpt,
     bundle,
 )
+from kvreg.cli.inspect import prompt_line
 from kvreg.console import JsonOpt
 from kvreg.core.errors import UsageError
 from kvreg.core.names import RefName
@@ -56,10 +57,16 @@ def _human_size(n: int) -> str:
 def deposit_cmd(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(metavar="MODEL", help="A local Hugging Face model directory.")],
-    text_file: Annotated[
-        Path, typer.Option("--text-file", metavar="FILE", help="The text to deposit (UTF-8).")
-    ],
     ref: Annotated[str, typer.Option("--ref", metavar="NS/NAME", help="The ref to point at the artifact.")],
+    text_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--text-file",
+            metavar="FILE",
+            help="The text to deposit (UTF-8), e.g. the answer after the prompt. "
+            "Optional with --messages-file or --chat (the artifact is then the conversation alone).",
+        ),
+    ] = None,
     prompt_file: Annotated[
         Path | None,
         typer.Option(
@@ -68,6 +75,17 @@ def deposit_cmd(
             help="A prompt (the question) that precedes the text; its tokens are the artifact's prefix.",
         ),
     ] = None,
+    messages_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--messages-file",
+            metavar="FILE",
+            help="Chat messages in place of --prompt-file: a JSON list of {role, content}, "
+            f"{common.CHAT_RULE}; their tokens are the artifact's prefix. A conversation ending "
+            "with an assistant turn (e.g. few-shot examples) may be deposited alone, without --text-file.",
+        ),
+    ] = None,
+    chat: common.ChatOpt = False,
     verifier: Annotated[
         str | None,
         typer.Option(
@@ -113,13 +131,28 @@ def deposit_cmd(
     """Deposit the KV state of a text: compute, sign and store it under NS/NAME.
 
     With store.max-bytes set, the store is then brought back under its budget
-    (never evicting this artifact or a pinned ref's objects)."""
+    (never evicting this artifact or a pinned ref's objects).
+
+    Examples:
+
+      kvreg deposit ./model --ref team/q7 --prompt-file q.txt --text-file answer.txt --chat
+
+      kvreg deposit ./model --ref team/fewshot --messages-file shots.json
+    """
     out = output.get(ctx, json_output)
     ref_name = RefName.parse(ref)
-    text = common.read_text_file(text_file, what="text file")
-    if not text:
-        raise UsageError(f"text file {text_file} is empty")
-    prompt = common.read_text_file(prompt_file, what="prompt file") if prompt_file is not None else None
+    prompt = common.read_prompt(prompt_file, messages_file, chat)
+    if text_file is None:
+        if prompt is None or isinstance(prompt, str):
+            raise UsageError(
+                "give --text-file FILE (the text to deposit)",
+                hint="or --messages-file FILE (or --prompt-file FILE --chat) to deposit a conversation alone",
+            )
+        text = ""
+    else:
+        text = common.read_text_file(text_file, what="text file")
+        if not text:
+            raise UsageError(f"text file {text_file} is empty")
     verification: dict[str, Any] | None = None
     if verifier is not None:
         verification = {
@@ -161,6 +194,8 @@ def _render(console: Console, report: DepositReport) -> None:
     table.add_row("model", f"{escape(m.model.name)} ({m.model.architecture}, {m.model.dtype})")
     table.add_row("config", f"{m.config.fingerprint.short()} (profile {m.config.profile})")
     table.add_row("tokens", f"{m.token_count} in blocks of {m.block_size}")
+    if m.prompt is not None:
+        table.add_row("prompt", prompt_line(m))
     table.add_row(
         "chunks", f"{len(m.chunks)} ({result.new_chunks} new, {len(m.chunks) - result.new_chunks} shared)"
     )

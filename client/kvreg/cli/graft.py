@@ -80,6 +80,16 @@ def graft_cmd(
             "--prompt-file", metavar="FILE", help="The full prompt (UTF-8); must begin with the artifact."
         ),
     ] = None,
+    messages_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--messages-file",
+            metavar="FILE",
+            help=f"The full prompt as chat messages (a JSON list of {{role, content}}), {common.CHAT_RULE}; "
+            "must begin with the artifact (e.g. its conversation plus a new question).",
+        ),
+    ] = None,
+    chat: common.ChatOpt = False,
     append_file: Annotated[
         Path | None,
         typer.Option("--append-file", metavar="FILE", help="Text to append after the artifact's own tokens."),
@@ -130,19 +140,28 @@ def graft_cmd(
     ] = keyring.DEFAULT_KEY_NAME,
     json_output: JsonOpt = False,
 ) -> None:
-    """Graft a stored KV state into MODEL and continue decoding from it."""
+    """Graft a stored KV state into MODEL and continue decoding from it.
+
+    Examples:
+
+      kvreg graft team/q7 --model ./model --check
+
+      kvreg graft team/fewshot --model ./model --messages-file shots-and-question.json --check
+    """
     out = output.get(ctx, json_output)
-    if prompt_file is not None and append_file is not None:
-        raise UsageError("give --prompt-file or --append-file, not both")
-    if shift_after_file is not None and (prompt_file or append_file or blocks or check):
+    if (prompt_file is not None or messages_file is not None) and append_file is not None:
+        raise UsageError("give --prompt-file (or --messages-file) or --append-file, not both")
+    prompt_given = prompt_file is not None or messages_file is not None or chat
+    if shift_after_file is not None and (prompt_given or append_file or blocks or check):
         raise UsageError(
-            "--shift-after-file cannot be combined with --prompt-file, --append-file, --blocks or --check"
+            "--shift-after-file cannot be combined with --prompt-file, --messages-file, --chat, "
+            "--append-file, --blocks or --check"
         )
     if receipt is not None and no_receipt:
         raise UsageError("give --receipt or --no-receipt, not both")
     if receipt is not None and shift_after_file is not None:
         raise UsageError("a shifted graft is approximate: it sends no receipt (drop --receipt)")
-    prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file else None
+    prompt = common.read_prompt(prompt_file, messages_file, chat)
     append_text = common.read_text_file(append_file, what="append file") if append_file else None
     home = common.home(ctx)
     engine = bundle(dtype, threads, attn, profile, device)
@@ -157,7 +176,7 @@ def graft_cmd(
         GraftRequest(
             ref=ref,
             model=model,
-            prompt_text=prompt_text,
+            prompt_text=prompt,
             append_text=append_text,
             blocks=blocks,
             max_new_tokens=max_new_tokens,

@@ -29,6 +29,21 @@ _TEXT_PREVIEW = 600
 _UNVERIFIED_NOTE = "[yellow](signature not checked: --unverified)[/yellow]"
 
 
+def prompt_line(m: Manifest) -> str:
+    """The prompt's row: its tokens, and how it was chat-rendered if it was."""
+    if m.prompt is None:
+        return "-"
+    line = f"{m.prompt.token_count} tokens"
+    chat = m.prompt.chat
+    if chat is not None:
+        generation = "with" if chat.generation_prompt else "without"
+        line += (
+            f", chat-rendered (template {chat.template.short()}, messages {chat.messages.short()}, "
+            f"{generation} generation prompt)"
+        )
+    return line
+
+
 def _render_manifest(
     console: Console, m: Manifest, ref: str | None, signers: list[str], text: str | None
 ) -> None:
@@ -54,7 +69,7 @@ def _render_manifest(
     )
     head.add_row("tokens", f"{m.token_count} in blocks of {m.block_size}")
     if m.prompt is not None:
-        head.add_row("prompt", f"{m.prompt.token_count} tokens")
+        head.add_row("prompt", prompt_line(m))
     head.add_row("merkle root", str(m.merkle_root))
     head.add_row("witness", f"{m.witness.logits_digest.short()} ({m.witness.dtype} {list(m.witness.shape)})")
     v = m.verification

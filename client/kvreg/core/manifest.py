@@ -196,13 +196,15 @@ class Manifest:
 
     def object_digests(self) -> list[Digest]:
         """Every object the manifest references (chunks in order, then tokens, text,
-        witness logits, prompt), each once."""
+        witness logits, prompt, a chat prompt's messages), each once."""
         out: list[Digest] = []
         seen: set[str] = set()
         candidates = [c.digest for c in self._views.chunks]
         candidates += [self._views.tokens.digest, self._views.text.digest, self._views.witness.logits_digest]
         if self._views.prompt is not None:
             candidates.append(self._views.prompt.digest)
+            if self._views.prompt.chat is not None:
+                candidates.append(self._views.prompt.chat.messages)
         for d in candidates:
             if d not in seen:
                 seen.add(d)

@@ -33,6 +33,7 @@ __all__ = [
     "PROFILES",
     "SCHEMA",
     "VERDICTS",
+    "ChatInfo",
     "ChunkEntry",
     "ConfigInfo",
     "ManifestViews",
@@ -105,10 +106,20 @@ class TextInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatInfo:
+    """How a chat prompt was rendered: the template's digest, the messages object, the generation prompt."""
+
+    template: Digest
+    messages: Digest
+    generation_prompt: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PromptInfo:
     digest: Digest
     size: int
     token_count: int
+    chat: ChatInfo | None = None  # set when the prompt was rendered with a chat template
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +205,13 @@ def _check_int(v: Any, path: str, minimum: int) -> int:
 
 def _int(d: Mapping[str, Any], key: str, path: str, *, minimum: int) -> int:
     return _check_int(_get(d, key, path), path, minimum)
+
+
+def _bool(d: Mapping[str, Any], key: str, path: str) -> bool:
+    v = _get(d, key, path)
+    if not isinstance(v, bool):
+        _fail(path, f"must be a boolean, not {_json_type(v)}")
+    return v
 
 
 def _digest(d: Mapping[str, Any], key: str, path: str) -> Digest:
@@ -386,10 +404,19 @@ def validate(doc: dict[str, Any]) -> ManifestViews:
     prompt: PromptInfo | None = None
     if "prompt" in doc:
         pr = _obj(doc, "prompt", "prompt")
+        chat: ChatInfo | None = None
+        if "chat" in pr:
+            ch = _obj(pr, "chat", "prompt.chat")
+            chat = ChatInfo(
+                template=_digest(ch, "template", "prompt.chat.template"),
+                messages=_digest(ch, "messages", "prompt.chat.messages"),
+                generation_prompt=_bool(ch, "generation_prompt", "prompt.chat.generation_prompt"),
+            )
         prompt = PromptInfo(
             digest=_digest(pr, "digest", "prompt.digest"),
             size=_int(pr, "size", "prompt.size", minimum=0),
             token_count=_int(pr, "token_count", "prompt.token_count", minimum=1),
+            chat=chat,
         )
         if prompt.token_count > tokens.count:
             _fail(

@@ -1,11 +1,13 @@
 """Deposit: compute a text's KV state on the block grid and store it as a signed artifact.
 
-Tokenize (the prompt, if any, with the tokenizer's special tokens, then the text
-without them, so that the prompt's tokens are exactly a prefix of the artifact's),
+Tokenize (the prompt, if any, with the tokenizer's special tokens — or, for a chat
+prompt rendered by ``kvreg.engine.chat``, without them: its template wrote them — then
+the text without them, so that the prompt's tokens are exactly a prefix of the artifact's),
 prefill block by block under the pinned config capturing each block's KV, turn
 every block into a chunk object, record the next-token logits as the witness,
-build and sign the manifest, then write objects → manifest and envelope → ref.
-Chunks already in the store are not written again.
+build and sign the manifest (a chat prompt adds ``prompt.chat`` and the messages
+object), then write objects → manifest and envelope → ref. Chunks already in the
+store are not written again.
 
 ``compute_artifact`` is the pure computation (also used by ``verify
 --recompute``); ``deposit`` adds signing and storing.
@@ -28,6 +30,7 @@ from kvreg.core.manifest import Manifest
 from kvreg.core.merkle import chunk_merkle_root
 from kvreg.core.names import RefName
 from kvreg.core.timestamps import rfc3339
+from kvreg.engine.chat import ChatPrompt
 from kvreg.engine.chunks import ChunkLayout, serialize_chunk
 from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill, tensor_bytes
 from kvreg.store.artifacts import WriteReport, store_artifact
@@ -54,11 +57,12 @@ def chunk_layout(lm: LoadedModel, start: int, end: int) -> ChunkLayout:
     )
 
 
-def tokenize(lm: LoadedModel, text: str, prompt: str | None) -> tuple[list[int], int | None]:
+def tokenize(lm: LoadedModel, text: str, prompt: str | ChatPrompt | None) -> tuple[list[int], int | None]:
+    """The artifact's tokens and how many of them are the prompt's (None without a prompt)."""
     if prompt is None:
         tokens = lm.encode(text, first=True)
         return tokens, None
-    prompt_tokens = lm.encode(prompt, first=True)
+    prompt_tokens = prompt.tokens if isinstance(prompt, ChatPrompt) else lm.encode(prompt, first=True)
     return prompt_tokens + lm.encode(text, first=False), len(prompt_tokens)
 
 
@@ -140,7 +144,7 @@ def build_manifest(
     computed: ComputedArtifact,
     *,
     text: str,
-    prompt: str | None,
+    prompt: str | ChatPrompt | None,
     verification: dict[str, Any] | None,
     annotations: dict[str, Any],
 ) -> tuple[Manifest, dict[Digest, bytes]]:
@@ -171,13 +175,21 @@ def build_manifest(
         "kvreg_version": kvreg.__version__,
     }
     if prompt is not None and computed.prompt_token_count is not None:
-        prompt_bytes = prompt.encode("utf-8")
+        prompt_text = prompt.text if isinstance(prompt, ChatPrompt) else prompt
+        prompt_bytes = prompt_text.encode("utf-8")
         objects[Digest.of_bytes(prompt_bytes)] = prompt_bytes
         doc["prompt"] = {
             "digest": str(Digest.of_bytes(prompt_bytes)),
             "size": len(prompt_bytes),
             "token_count": computed.prompt_token_count,
         }
+        if isinstance(prompt, ChatPrompt):
+            objects[prompt.messages_digest] = prompt.messages_json
+            doc["prompt"]["chat"] = {
+                "template": str(prompt.template_digest),
+                "messages": str(prompt.messages_digest),
+                "generation_prompt": prompt.generation_prompt,
+            }
     return Manifest.from_dict(doc), objects
 
 
@@ -188,17 +200,21 @@ def deposit(
     text: str,
     ref: RefName | None,
     key: SigningKey,
-    prompt: str | None = None,
+    prompt: str | ChatPrompt | None = None,
     verification: dict[str, Any] | None = None,
     annotations: dict[str, Any] | None = None,
 ) -> DepositResult:
-    """Compute, sign and store an artifact; move ``ref`` to it (compare-and-swap)."""
+    """Compute, sign and store an artifact; move ``ref`` to it (compare-and-swap).
+
+    ``prompt`` precedes ``text``: plain text (tokenized with special tokens) or a
+    :class:`~kvreg.engine.chat.ChatPrompt` (its tokens as rendered). ``text`` may be
+    empty when there is a prompt: the artifact is then the prompt alone."""
     expected = home.refs.get_or_none(ref) if ref is not None else None
     tokens, prompt_count = tokenize(lm, text, prompt)
     computed = compute_artifact(lm, tokens, prompt_count)
     notes = dict(annotations or {})
     if prompt is not None:
-        notes.setdefault("question", prompt)
+        notes.setdefault("question", prompt.text if isinstance(prompt, ChatPrompt) else prompt)
     manifest, objects = build_manifest(
         lm, computed, text=text, prompt=prompt, verification=verification, annotations=notes
     )

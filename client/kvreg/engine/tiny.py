@@ -47,10 +47,22 @@ Les modèles gelés relisent la solution vérifiée; 検証済みの解答; пр
 """
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+# A ChatML template, as instruct models use (SmolLM2's, without its default system turn),
+# that writes the BOS itself: a chat prompt is tokenized without adding special tokens.
+CHATML_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
-def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer trained on the embedded corpus (deterministic)."""
+def build_tokenizer(vocab_size: int = 512, *, chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on the embedded corpus (deterministic).
+
+    With ``chat_template``, the ChatML markers (:data:`CHAT_TOKENS`) are added as
+    special tokens after training and the template is set; without it the tokenizer
+    is byte for byte what it always was (golden fingerprints depend on it)."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -63,9 +75,14 @@ def build_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     tok.train_from_iterator([CORPUS] * 4, trainer=trainer)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
-    return PreTrainedTokenizerFast(
+    if chat_template is not None:
+        tok.add_special_tokens(list(CHAT_TOKENS))
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    return tokenizer
 
 
 def tiny_config(
@@ -128,12 +145,16 @@ def build_model_dir(
     seed: int = 0,
     dtype: str = "float32",
     vocab_size: int = 512,
+    chat_template: str | None = None,
     **config_kwargs: Any,
 ) -> Path:
-    """Write a complete model directory with seeded random weights; returns its path."""
+    """Write a complete model directory with seeded random weights; returns its path.
+
+    ``chat_template`` (e.g. :data:`CHATML_TEMPLATE`) makes it a chat model: the
+    tokenizer gets the template and its two special tokens (two more embedding rows)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size)
+    tokenizer = build_tokenizer(vocab_size, chat_template=chat_template)
     config = tiny_config(arch, vocab_size=len(tokenizer), **config_kwargs)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(
