@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.loader import load_engine
+from kvreg.app.prompts import Prompt, encode_prompt
 from kvreg.core.blockkey import block_keys
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, UsageError
@@ -240,7 +241,7 @@ class RouteRequest:
     """Route ``prompt_text`` under ``model`` (or, without a model, only rebuild the index)."""
 
     model: Path | None = None
-    prompt_text: str | None = None
+    prompt_text: Prompt | None = None  # text, or chat messages rendered with the model's template
     mode: str = "prefix"
     artifact: str | None = None  # route to this artifact (NS/NAME or sha256:...), checked
     reindex: bool = False  # rebuild the route index from the store first
@@ -275,7 +276,7 @@ def route_prompt(home: Home, request: RouteRequest, feedback: Feedback | None = 
     if request.model is None or request.prompt_text is None:
         return report
     lm, _ = load_engine(feedback, request.model, request.engine.for_new(), home)
-    prompt = lm.encode(request.prompt_text, first=True)
+    prompt = encode_prompt(lm, request.prompt_text)
     with feedback.status(f"routing {len(prompt)} prompt tokens ({request.mode})"):
         plan = route(home, lm, prompt, request.mode, artifact=request.artifact)
     report.plan = plan.to_dict()

@@ -49,20 +49,11 @@ class AskMode(enum.StrEnum):
 
 def ask_cmd(
     ctx: typer.Context,
-    model: Annotated[
-        Path, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
-    ],
+    model: Annotated[Path, typer.Option("--model", metavar="MODEL", help=common.MODEL_HELP)],
     prompt_file: Annotated[
         Path | None, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")
     ] = None,
-    messages_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--messages-file",
-            metavar="FILE",
-            help=f"The prompt as chat messages (a JSON list of {{role, content}}), {common.CHAT_RULE}.",
-        ),
-    ] = None,
+    messages_file: common.MessagesFileOpt = None,
     chat: common.ChatOpt = False,
     remote: Annotated[
         str | None,

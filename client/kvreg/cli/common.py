@@ -24,6 +24,14 @@ CHAT_RULE = (
     "rendered with the model's own chat template, with the assistant's generation prompt "
     "unless the last message is the assistant's"
 )
+MessagesFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--messages-file",
+        metavar="FILE",
+        help=f"The prompt as chat messages (a JSON list of {{role, content}}), {CHAT_RULE}.",
+    ),
+]
 ChatOpt = Annotated[
     bool,
     typer.Option(
@@ -77,6 +85,9 @@ def parse_json_object(text: str, *, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UsageError(f"{source} must be a JSON object, not {type(value).__name__}")
     return value
+
+
+MODEL_HELP = "A model folder, or the name of an imported model (kvreg model ls)."
 
 
 def read_prompt(prompt_file: Path | None, messages_file: Path | None, chat: bool) -> Prompt | None:

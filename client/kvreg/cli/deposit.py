@@ -56,7 +56,7 @@ def _human_size(n: int) -> str:
 
 def deposit_cmd(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Argument(metavar="MODEL", help="A local Hugging Face model directory.")],
+    model: Annotated[Path, typer.Argument(metavar="MODEL", help=common.MODEL_HELP)],
     ref: Annotated[str, typer.Option("--ref", metavar="NS/NAME", help="The ref to point at the artifact.")],
     text_file: Annotated[
         Path | None,

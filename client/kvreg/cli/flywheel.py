@@ -117,7 +117,9 @@ def flywheel_cmd(
     model: Annotated[
         Path | None,
         typer.Option(
-            "--model", metavar="MODEL", help="Model directory (default: the bundled arithmetic model)."
+            "--model",
+            metavar="MODEL",
+            help="A model folder or an imported model's name (default: the bundled arithmetic model).",
         ),
     ] = None,
     namespace: Annotated[

@@ -71,9 +71,7 @@ def _check_table(check: dict[str, Any]) -> Table:
 def graft_cmd(
     ctx: typer.Context,
     ref: RefArg,
-    model: Annotated[
-        Path, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
-    ],
+    model: Annotated[Path, typer.Option("--model", metavar="MODEL", help=common.MODEL_HELP)],
     prompt_file: Annotated[
         Path | None,
         typer.Option(

@@ -50,12 +50,12 @@ class RouteMode(enum.StrEnum):
 
 def route_cmd(
     ctx: typer.Context,
-    model: Annotated[
-        Path | None, typer.Option("--model", metavar="MODEL", help="A local Hugging Face model directory.")
-    ] = None,
+    model: Annotated[Path | None, typer.Option("--model", metavar="MODEL", help=common.MODEL_HELP)] = None,
     prompt_file: Annotated[
         Path | None, typer.Option("--prompt-file", metavar="FILE", help="The prompt (UTF-8).")
     ] = None,
+    messages_file: common.MessagesFileOpt = None,
+    chat: common.ChatOpt = False,
     mode: Annotated[
         RouteMode,
         typer.Option(
@@ -85,10 +85,10 @@ def route_cmd(
     out = output.get(ctx, json_output)
     if model is None and not reindex:
         raise UsageError("give --model MODEL --prompt-file FILE (or --reindex)")
-    if (model is None) != (prompt_file is None):
-        raise UsageError("--model and --prompt-file go together")
+    prompt_text = common.read_prompt(prompt_file, messages_file, chat)
+    if (model is None) != (prompt_text is None):
+        raise UsageError("--model and --prompt-file (or --messages-file) go together")
     home = common.home(ctx)
-    prompt_text = common.read_text_file(prompt_file, what="prompt file") if prompt_file is not None else None
     request = RouteRequest(
         model=model,
         prompt_text=prompt_text,
