@@ -32,7 +32,7 @@ from functools import cache
 from importlib.resources import files
 from pathlib import Path
 
-from kvreg.app.flywheel.gsm8k_arith import strip_annotations
+from kvreg.app.flywheel.gsm8k_numbers import strip_annotations
 from kvreg.core.errors import UsageError
 
 __all__ = [

@@ -1,18 +1,16 @@
-"""Numbers and arithmetic claims in the prose of a worked solution, read exactly.
+"""Arithmetic claims in the prose of a worked solution, checked exactly.
 
 :func:`claims` finds every arithmetic claim a text states and says whether it holds;
-:func:`last_number` reads the text's last number. The GSM8K checker
-(:mod:`.gsm8k_checker`) builds its verdict on both.
+the GSM8K checker (:mod:`.gsm8k_checker`) fails a solution with a wrong one.
 
 A claim is one ``=`` step whose left or right side is an expression with at least one
 operator among ``+ - * / x × ÷`` (``x`` only between two numbers; also ``^``/``**``
 between numbers, and parentheses): ``16 - 3 - 4 = 9``, each step of a chain
 ``a + b = c + d = e``, and each calculator annotation ``<<a*b=c>>`` (checked on its
-own; the prose is read with the annotations removed). Both sides are evaluated exactly
-with :class:`fractions.Fraction`, never ``eval``:
+own; the prose is read with the annotations removed). Numbers are read by
+:mod:`.gsm8k_numbers`; both sides are evaluated exactly with
+:class:`fractions.Fraction`, never ``eval``:
 
-- numbers may carry thousands commas (``1,234``), a leading ``$``/``€``/``£``, a ``%``
-  suffix, decimals (``.5``, ``2.50``), be mixed (``3 1/2``, ``1½``) or vulgar (``¾``);
 - a side that is a bare decimal number holds if it is the other side's exact value
   rounded to the decimals it states (``10/3 = 3.33``); a bare integer must be exact
   (``10/3 = 3`` is wrong);
@@ -21,14 +19,17 @@ with :class:`fractions.Fraction`, never ``eval``:
   hundredths (``$1 / 2 = 50 cents``);
 - a tight ``a/b`` (no spaces) is a fraction that binds first (``1 1/2 / 1/2 = 3``);
 - in a chain written as a running total (``3/2 = 1.50+3.00 = 4.50``) a step holds if
-  the next side's leading number is its value, the next step being checked in turn.
+  the next side's leading number is its value, the next step being checked in turn;
+- a division by zero is a wrong claim.
 
-Why a hand-written tokenizer: no library parses arithmetic claims inside prose, where
-``x`` is a word or a times sign, ``-`` a hyphen, a bullet or a minus, ``–`` a range or a
-minus, ``/`` a division or "per" (``$2/car``), ``,`` a thousands separator or a list and
-``:`` a clock or a label. The rules are conservative: a step that is not plainly
-arithmetic between numbers (a variable, a unit or a word inside the expression, an
-unbalanced or unparseable side) is skipped, never counted wrong.
+Why a hand-written parser: no library parses arithmetic claims inside prose, where an
+expression is cut short by words and units. The rules are conservative: a step that is
+not plainly arithmetic between numbers (a variable, a unit or a word inside the
+expression, an unbalanced or unparseable side) is skipped, never counted wrong. In the
+8,792 GSM8K reference solutions (test and train) this checks 51,246 claims: 27,556 of
+the 27,998 annotations (the others, like ``<<5=5>>``, state no operation) and 23,690
+steps of the prose's 31,140 ``=`` signs (the others stand between words, units or
+variables).
 
 This module renders nothing, reads no file, and knows nothing of gold answers.
 """
@@ -36,45 +37,21 @@ This module renders nothing, reads no file, and knows nothing of gold answers.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
-__all__ = ["Claim", "claims", "last_number", "strip_annotations"]
-
-_ANNOTATION = re.compile(r"<<([^<>]*)>>")
-_VULGAR = {
-    "½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "¼": Fraction(1, 4),
-    "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅖": Fraction(2, 5), "⅗": Fraction(3, 5),
-    "⅘": Fraction(4, 5), "⅙": Fraction(1, 6), "⅚": Fraction(5, 6), "⅛": Fraction(1, 8),
-    "⅜": Fraction(3, 8), "⅝": Fraction(5, 8), "⅞": Fraction(7, 8),
-}  # fmt: skip
-_VULGAR_CHARS = "".join(_VULGAR)
-_DIGITS = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
-# One token at a time, tried in this order (the scanner is _tokens). re.VERBOSE ignores
-# whitespace, except in a character class and when escaped.
-_SCAN = re.compile(
-    rf"""
-    (?P<clock>(?:[01]?\d|2[0-4]):[0-5]\d(?!\d))              # 10:30 (but "Day 3:70-21" is a label)
-    |(?P<mixed>(?P<whole>\d+)\ (?P<numer>\d+)/(?P<denom>\d+)(?![\d./]))  # 3 1/2
-    |(?P<number>(?:[$€£]\ ?)?(?:
-        (?P<int>{_DIGITS})(?P<dec>\.\d+)?(?P<vulgar>[{_VULGAR_CHARS}])?   # 1,234.5 or 1½
-        |(?P<bare_dec>\.\d+)                                   # .5
-        |(?P<lone_vulgar>[{_VULGAR_CHARS}])                    # ¾
-    )(?P<pct>%)?)
-    |(?P<per>/(?=[^\W\d_]))                                   # $2/car: "per", not division
-    |(?P<pow>\*\*|\^)|(?P<dash>–)                             # en dash: a minus or a range
-    |(?P<op>[-+*/×÷−])
-    |(?P<lp>\()|(?P<rp>\))|(?P<eq>=)
-    |(?P<word>[^\W\d_]+)
-    |(?P<space>[ \t\u00a0]+)
-    |(?P<other>.|\n)
-    """,
-    re.VERBOSE,
+from kvreg.app.flywheel.gsm8k_numbers import (
+    OPS,
+    Token,
+    annotation_bodies,
+    strip_annotations,
+    tight_fraction,
+    tokenize,
 )
-_OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "×": "*", "x": "*", "X": "*", "/": "/", "÷": "/"}
-_OPS["^"] = "^"
+
+__all__ = ["Claim", "claims"]
+
 # Words that glue the number beside them into an expression the run does not hold
 # ("15 pages x 1/3 = 5", "3 times 4 + 1 = 13"): the side next to them is skipped. Not
 # "of" or "by", which mostly lead into a claim ("a profit of 70-40 = 30"), except in
@@ -83,23 +60,10 @@ _GLUE_WORDS = frozenset({"x", "times", "plus", "minus", "over", "less"})
 _BY_GLUE = frozenset({"divided", "multiplied"})
 _CENTS = frozenset({"cent", "cents"})
 _ARITHMETIC = ("num", "op", "lp", "rp", "eq")
-_OPERAND_END = ("num", "rp")
-_OPERAND_START = ("num", "lp")
+
 _MAX_DEPTH = 40
 _MAX_EXPONENT = 64
 _ONE, _HUNDREDTH = Fraction(1), Fraction(1, 100)
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # num, op, lp, rp, eq, word, other (a break); pow and dash until resolved
-    text: str
-    start: int
-    end: int
-    spaced: bool  # whitespace right before it
-    value: Fraction = _ONE  # of a num
-    decimals: int = 0  # digits after the point, for the rounding rule
-    percent: bool = False  # written with a % suffix
 
 
 @dataclass(frozen=True)
@@ -110,106 +74,13 @@ class Claim:
     holds: bool
 
 
-def strip_annotations(text: str) -> str:
-    """``text`` without its GSM8K calculator annotations ``<<...>>``."""
-    return _ANNOTATION.sub("", text)
-
-
 def claims(text: str) -> list[Claim]:
     """Every arithmetic claim ``text`` states: its annotations', then its prose's."""
     found: list[Claim] = []
-    for m in _ANNOTATION.finditer(text):
-        found.extend(Claim(f"<<{m[1]}>>", c.holds) for c in _claims_in(m[1]))
+    for inner in annotation_bodies(text):
+        found.extend(Claim(f"<<{inner}>>", c.holds) for c in _claims_in(inner))
     found.extend(_claims_in(strip_annotations(text)))
     return found
-
-
-def last_number(text: str) -> tuple[Fraction, str] | None:
-    """The last number of ``text`` (annotations removed) and how it is written, or None.
-
-    A ``-`` written against the number makes it negative (``= -5``), unless it follows
-    an operand (the ``5`` of ``10-5``)."""
-    tokens = _tokens(strip_annotations(text))
-    for i in range(len(tokens) - 1, -1, -1):
-        t = tokens[i]
-        if t.kind != "num":
-            continue
-        sign = tokens[i - 1] if i > 0 else None
-        negative = sign is not None and sign.kind == "op" and _OPS[sign.text] == "-" and not t.spaced
-        if negative and (i < 2 or tokens[i - 2].kind not in _OPERAND_END):
-            assert sign is not None
-            return -t.value, sign.text + t.text
-        return t.value, t.text
-    return None
-
-
-# --- tokens -------------------------------------------------------------------------
-
-
-def _tokens(text: str) -> list[_Token]:
-    """Every token of ``text`` but whitespace, which only sets the next token's ``spaced``."""
-    out: list[_Token] = []
-    pos, spaced = 0, False
-    while pos < len(text):
-        m = _SCAN.match(text, pos)
-        assert m is not None  # the last alternative matches any character
-        if m.lastgroup == "mixed" and int(m["numer"]) >= int(m["denom"]):
-            m = _SCAN.match(text[: m.start("numer") - 1], pos)  # "2 3/4" when proper, else "2"
-            assert m is not None
-        kind = m.lastgroup or "other"
-        if kind == "space":
-            spaced = True
-        elif kind in ("number", "mixed"):
-            value, decimals = _number(m)
-            out.append(_Token("num", m[0], m.start(), m.end(), spaced, value, decimals, bool(m["pct"])))
-        else:
-            kind = "other" if kind in ("clock", "per") else kind
-            out.append(_Token(kind, m[0], m.start(), m.end(), spaced))
-        spaced = spaced and kind == "space"
-        pos = m.end()
-    return _resolve_context(out)
-
-
-def _number(m: re.Match[str]) -> tuple[Fraction, int]:
-    if m["mixed"]:
-        return int(m["whole"]) + Fraction(int(m["numer"]), int(m["denom"])), 0
-    if m["lone_vulgar"]:
-        return _VULGAR[m["lone_vulgar"]], 0
-    if m["bare_dec"]:
-        return Fraction(m["bare_dec"]), len(m["bare_dec"]) - 1
-    value = Fraction(m["int"].replace(",", "") + (m["dec"] or ""))
-    if m["vulgar"]:
-        value += _VULGAR[m["vulgar"]]
-    return value, len(m["dec"]) - 1 if m["dec"] else 0
-
-
-def _resolve_context(tokens: list[_Token]) -> list[_Token]:
-    """``x``/``X``, ``^``, ``**`` and ``–`` are operators only between two operands, else words or
-    breaks ("a 2 x 4 board" is a product, "x = 5" a variable, "10–15 minutes" a range)."""
-    out = list(tokens)
-    for i, t in enumerate(tokens):
-        if not (t.kind in ("pow", "dash") or (t.kind == "word" and t.text in ("x", "X"))):
-            continue
-        before = tokens[i - 1].kind if i > 0 else None
-        after = tokens[i + 1].kind if i + 1 < len(tokens) else None
-        if before in _OPERAND_END and after in _OPERAND_START:
-            out[i] = _Token("op", "^" if t.kind == "pow" else t.text, t.start, t.end, t.spaced)
-        elif t.kind in ("pow", "dash"):
-            out[i] = _Token("other", t.text, t.start, t.end, t.spaced)
-    return out
-
-
-def _tight_fraction(tokens: list[_Token], i: int) -> bool:
-    """Whether ``tokens[i:i+3]`` is a fraction ``a/b`` written without spaces or ``%``."""
-    if i < 0 or i + 2 >= len(tokens):
-        return False
-    a, slash, b = tokens[i : i + 3]
-    return (
-        a.kind == b.kind == "num"
-        and slash.kind == "op"
-        and slash.text == "/"
-        and not (slash.spaced or b.spaced or a.percent or b.percent)
-    )
 
 
 # --- one side of an "=" -------------------------------------------------------------
@@ -227,7 +98,7 @@ class _Parser:
     A unary minus must touch its operand (``-5``): ``- 5`` is a bullet or a dash. Division
     by zero raises ZeroDivisionError (the claim is wrong, not skipped)."""
 
-    def __init__(self, tokens: list[_Token], percent: Fraction) -> None:
+    def __init__(self, tokens: list[Token], percent: Fraction) -> None:
         self.tokens, self.pos, self.depth, self.operators = tokens, 0, 0, 0
         self.percent = percent  # what a % suffix multiplies by: 1 (a plain suffix) or 1/100
 
@@ -237,18 +108,18 @@ class _Parser:
             raise _Unparseable
         return value
 
-    def _peek(self, ahead: int = 0) -> _Token | None:
+    def _peek(self, ahead: int = 0) -> Token | None:
         pos = self.pos + ahead
         return self.tokens[pos] if pos < len(self.tokens) else None
 
     def _op(self, *symbols: str) -> str | None:
         """Take a binary operator among ``symbols``, counting it."""
         t = self._peek()
-        if t is None or t.kind != "op" or _OPS[t.text] not in symbols:
+        if t is None or t.kind != "op" or OPS[t.text] not in symbols:
             return None
         self.pos += 1
         self.operators += 1
-        return _OPS[t.text]
+        return OPS[t.text]
 
     def _expr(self) -> Fraction:
         value = self._term()
@@ -266,7 +137,7 @@ class _Parser:
 
     def _unary(self) -> Fraction:
         t, operand = self._peek(), self._peek(1)
-        if t is not None and t.kind == "op" and _OPS[t.text] == "-":
+        if t is not None and t.kind == "op" and OPS[t.text] == "-":
             if operand is None or operand.spaced:
                 raise _Unparseable
             self.pos += 1
@@ -289,7 +160,7 @@ class _Parser:
         if t is None or t.kind != "num":
             raise _Unparseable
         value = self._value(t)
-        if _tight_fraction(self.tokens, self.pos):  # binds first: 3 / 1/2 = 6
+        if tight_fraction(self.tokens, self.pos):  # binds first: 3 / 1/2 = 6
             self.operators += 1
             value /= self._value(self.tokens[self.pos + 2])
             self.pos += 2
@@ -300,7 +171,7 @@ class _Parser:
             value *= self._group()
         return value
 
-    def _value(self, t: _Token) -> Fraction:
+    def _value(self, t: Token) -> Fraction:
         return t.value * self.percent if t.percent else t.value
 
     def _group(self) -> Fraction:
@@ -328,7 +199,7 @@ class _Side:
     end: int
 
 
-def _side(tokens: list[_Token], *, cents: bool = False) -> _Side:
+def _side(tokens: list[Token], *, cents: bool = False) -> _Side:
     """Parse one side of an ``=``, after dropping parentheses left open by the prose around it."""
     while tokens and tokens[0].kind == "lp" and _balance(tokens) > 0:
         tokens = tokens[1:]
@@ -357,7 +228,7 @@ def _side(tokens: list[_Token], *, cents: bool = False) -> _Side:
     return _Side(tuple(readings), operators > 0, tokens[0].start, tokens[-1].end)
 
 
-def _balance(tokens: list[_Token]) -> int:
+def _balance(tokens: list[Token]) -> int:
     return sum(1 if t.kind == "lp" else -1 if t.kind == "rp" else 0 for t in tokens)
 
 
@@ -374,7 +245,7 @@ def _holds(left: _Side, right: _Side) -> bool:
 
 
 def _claims_in(text: str) -> Iterator[Claim]:
-    tokens = _tokens(text)
+    tokens = tokenize(text)
     i = 0
     while i < len(tokens):
         if tokens[i].kind not in _ARITHMETIC:
@@ -388,9 +259,9 @@ def _claims_in(text: str) -> Iterator[Claim]:
         i = j
 
 
-def _run_claims(text: str, run: list[_Token], before: list[_Token], after: list[_Token]) -> Iterator[Claim]:
+def _run_claims(text: str, run: list[Token], before: list[Token], after: list[Token]) -> Iterator[Claim]:
     """The claims of one run of numbers, operators, parentheses and ``=`` between words."""
-    segments: list[list[_Token]] = [[]]
+    segments: list[list[Token]] = [[]]
     for t in run:
         if t.kind == "eq":
             segments.append([])
@@ -422,14 +293,14 @@ def _run_claims(text: str, run: list[_Token], before: list[_Token], after: list[
         yield Claim(text[left.start : right.end], holds)
 
 
-def _open_start(segment: list[_Token], before: list[_Token]) -> bool:
+def _open_start(segment: list[Token], before: list[Token]) -> bool:
     """Whether the first side of a run continues an expression before it: after a variable or a
     glue word (``3x - 5``, ``pages x 1/3``, ``1 and 1/3``), or a number broken by a stray
     comma or period (``16,0000/10``, ``.8 + . 84``; not ``In 2005, 20/2 = 10``)."""
     first = segment[0]
     opens_with_op = first.kind == "op"
     if not before:
-        return opens_with_op and _OPS[first.text] != "-"
+        return opens_with_op and OPS[first.text] != "-"
     b0, b1 = before[0], before[1] if len(before) > 1 else None
     if b0.kind == "word":
         word, b1_kind, b1_word = b0.text.lower(), b1 and b1.kind, b1.text.lower() if b1 else ""
@@ -437,7 +308,7 @@ def _open_start(segment: list[_Token], before: list[_Token]) -> bool:
             return True
         if (word == "of" and b1_kind == "num") or (word == "by" and b1_word in _BY_GLUE):
             return True
-        if word == "and" and b1_kind == "num" and _tight_fraction(segment, 0):
+        if word == "and" and b1_kind == "num" and tight_fraction(segment, 0):
             return True
         return opens_with_op
     if b0.kind == "other" and b1 is not None:
@@ -445,15 +316,15 @@ def _open_start(segment: list[_Token], before: list[_Token]) -> bool:
             return True
         if b0.text in ",." and b1.kind == "op":
             return True
-    return opens_with_op and _OPS[first.text] != "-"
+    return opens_with_op and OPS[first.text] != "-"
 
 
-def _open_end(segment: list[_Token], after: list[_Token]) -> bool:
+def _open_end(segment: list[Token], after: list[Token]) -> bool:
     """Whether the last side of a run goes on after it: ``= 2x + 1``, ``= 5 times 2``,
     ``= 24/Y``, ``= 5 and 2/3``, ``= 75 + 10% of 150``."""
     if not after:
         return False
-    if after[0].text.lower() == "of" and (segment[-1].percent or _tight_fraction(segment, len(segment) - 3)):
+    if after[0].text.lower() == "of" and (segment[-1].percent or tight_fraction(segment, len(segment) - 3)):
         return True
     a0, rest = after[0], after[1:]
     if a0.kind == "other" and a0.text == "/":  # "per" a one-letter word: a variable
@@ -462,17 +333,17 @@ def _open_end(segment: list[_Token], after: list[_Token]) -> bool:
         return False
     if a0.text.lower() in _GLUE_WORDS or not a0.spaced:
         return True
-    if a0.text.lower() == "and" and rest and (rest[0].kind == "lp" or _tight_fraction(rest, 0)):
+    if a0.text.lower() == "and" and rest and (rest[0].kind == "lp" or tight_fraction(rest, 0)):
         return True
     return bool(rest) and rest[0].kind in ("op", "pow", "eq")
 
 
-def _lead(segment: list[_Token]) -> _Side | None:
+def _lead(segment: list[Token]) -> _Side | None:
     """The leading number of a middle side of a chain, for a running total: in
     ``3/2 = 1.50+3.00 = 4.50`` the first step is read as ``3/2 = 1.50``."""
     if not segment or segment[0].kind != "num":
         return None
-    size = 3 if _tight_fraction(segment, 0) else 1
+    size = 3 if tight_fraction(segment, 0) else 1
     try:
         return _side(segment[:size])
     except _Unparseable:

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvreg.app.flywheel.gsm8k_arith import claims, last_number
+from kvreg.app.flywheel.gsm8k_arith import claims
+from kvreg.app.flywheel.gsm8k_numbers import last_number
 
 __all__ = ["CHECKER", "REFERENCE_ERRATA", "CheckResult", "check_completion", "check_solution"]
 
