@@ -37,7 +37,7 @@ This module renders nothing, reads no file, and knows nothing of gold answers.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -61,7 +61,8 @@ _BY_GLUE = frozenset({"divided", "multiplied"})
 _CENTS = frozenset({"cent", "cents"})
 _ARITHMETIC = ("num", "op", "lp", "rp", "eq")
 
-_MAX_DEPTH = 40
+_MAX_TOKENS = 128  # per side: longer is not a claim in prose (and bounds the recursion)
+_MAX_DEPTH = 40  # nested parentheses, minus signs and powers
 _MAX_EXPONENT = 64
 _ONE, _HUNDREDTH = Fraction(1), Fraction(1, 100)
 
@@ -141,13 +142,13 @@ class _Parser:
             if operand is None or operand.spaced:
                 raise _Unparseable
             self.pos += 1
-            return -self._unary()
+            return -self._nested(self._unary)
         return self._power()
 
     def _power(self) -> Fraction:
         base = self._primary()
         if self._op("^"):
-            exponent = self._unary()
+            exponent = self._nested(self._unary)
             if exponent.denominator != 1 or abs(exponent) > _MAX_EXPONENT:
                 raise _Unparseable
             return base ** int(exponent)
@@ -176,14 +177,18 @@ class _Parser:
 
     def _group(self) -> Fraction:
         self.pos += 1  # the "("
-        self.depth += 1
-        if self.depth > _MAX_DEPTH:
-            raise _Unparseable
-        value = self._expr()
+        value = self._nested(self._expr)
         t = self._peek()
         if t is None or t.kind != "rp":
             raise _Unparseable
         self.pos += 1
+        return value
+
+    def _nested(self, parse: Callable[[], Fraction]) -> Fraction:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _Unparseable
+        value = parse()
         self.depth -= 1
         return value
 
@@ -201,10 +206,15 @@ class _Side:
 
 def _side(tokens: list[Token], *, cents: bool = False) -> _Side:
     """Parse one side of an ``=``, after dropping parentheses left open by the prose around it."""
-    while tokens and tokens[0].kind == "lp" and _balance(tokens) > 0:
-        tokens = tokens[1:]
-    while tokens and tokens[-1].kind == "rp" and _balance(tokens) < 0:
-        tokens = tokens[:-1]
+    if len(tokens) > _MAX_TOKENS:
+        raise _Unparseable
+    balance = sum(1 if t.kind == "lp" else -1 if t.kind == "rp" else 0 for t in tokens)
+    start, end = 0, len(tokens)
+    while start < end and tokens[start].kind == "lp" and balance > 0:
+        start, balance = start + 1, balance - 1
+    while start < end and tokens[end - 1].kind == "rp" and balance < 0:
+        end, balance = end - 1, balance + 1
+    tokens = tokens[start:end]
     numbers = [t for t in tokens if t.kind == "num"]
     if not numbers:
         raise _Unparseable
@@ -226,10 +236,6 @@ def _side(tokens: list[Token], *, cents: bool = False) -> _Side:
         if cents and bare and value is not None:
             readings.append((value * _HUNDREDTH, tolerance * _HUNDREDTH))
     return _Side(tuple(readings), operators > 0, tokens[0].start, tokens[-1].end)
-
-
-def _balance(tokens: list[Token]) -> int:
-    return sum(1 if t.kind == "lp" else -1 if t.kind == "rp" else 0 for t in tokens)
 
 
 def _holds(left: _Side, right: _Side) -> bool:

@@ -46,7 +46,7 @@ _DIGITS = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
 _SCAN = re.compile(
     rf"""
     (?P<clock>(?:[01]?\d|2[0-4]):[0-5]\d(?!\d))              # 10:30 (but "Day 3:70-21" is a label)
-    |(?P<mixed>(?P<whole>\d+)\ (?P<numer>\d+)/(?P<denom>\d+)(?![\d./]))  # 3 1/2
+    |(?P<mixed>(?P<whole>\d+)\ (?P<numer>\d+)/(?P<denom>\d+)(?![\d/]|\.\d))  # 3 1/2
     |(?P<number>(?:[$€£]\ ?)?(?:
         (?P<int>{_DIGITS})(?P<dec>\.\d+)?(?P<vulgar>[{_VULGAR_CHARS}])?   # 1,234.5 or 1½
         |(?P<bare_dec>\.\d+)                                   # .5
@@ -74,6 +74,7 @@ OPS = {
 OPERAND_END = ("num", "rp")
 OPERAND_START = ("num", "lp")
 _ONE = Fraction(1)
+_MAX_NUMBER_CHARS = 100  # a longer "number" is not one (and int() refuses over 4,300 digits)
 
 
 @dataclass(frozen=True)
@@ -132,11 +133,11 @@ def tokenize(text: str) -> list[Token]:
         kind = m.lastgroup or "other"
         if kind == "space":
             spaced = True
-        elif kind in ("number", "mixed"):
+        elif kind in ("number", "mixed") and len(m[0]) <= _MAX_NUMBER_CHARS:
             value, decimals = _number(m)
             out.append(Token("num", m[0], m.start(), m.end(), spaced, value, decimals, bool(m["pct"])))
         else:
-            kind = "other" if kind in ("clock", "per") else kind
+            kind = "other" if kind in ("clock", "per", "number", "mixed") else kind
             out.append(Token(kind, m[0], m.start(), m.end(), spaced))
         spaced = spaced and kind == "space"
         pos = m.end()
