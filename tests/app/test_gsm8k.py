@@ -385,6 +385,8 @@ def test_chains_are_checked_step_by_step() -> None:
     assert holds("2 + 2 = 6 - 1 = 5") == [False, True]  # not a running total either: 2 + 2 is not 6
     assert holds("2 + 3 = 5 + 4") == [False]  # no next step: an equation, and a false one
     assert holds("Let T = 3 + 4 = 7") == [True]
+    assert holds("Day 2 = 3 * 4 = 12") == [True]  # "Day 2" is a label: only 3 * 4 = 12 is a claim
+    assert holds("so she has 20 = 4 * 6") == [False]
 
 
 def test_what_is_not_a_claim() -> None:
@@ -404,6 +406,7 @@ def test_what_is_not_a_claim() -> None:
         "17/3 = 5 and 2/3 loads",
         "21 x (1 and 1/3) = 28",
         "10% of 150 = 15",
+        "Week 2 = 35 + 35",  # a label
     ]:
         assert claims(text) == [], (text, claims(text))
 

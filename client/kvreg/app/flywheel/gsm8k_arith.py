@@ -26,8 +26,8 @@ Why a hand-written parser: no library parses arithmetic claims inside prose, whe
 expression is cut short by words and units. The rules are conservative: a step that is
 not plainly arithmetic between numbers (a variable, a unit or a word inside the
 expression, an unbalanced or unparseable side) is skipped, never counted wrong. In the
-8,792 GSM8K reference solutions (test and train) this checks 51,246 claims: 27,556 of
-the 27,998 annotations (the others, like ``<<5=5>>``, state no operation) and 23,690
+8,792 GSM8K reference solutions (test and train) this checks 51,244 claims: 27,556 of
+the 27,998 annotations (the others, like ``<<5=5>>``, state no operation) and 23,688
 steps of the prose's 31,140 ``=`` signs (the others stand between words, units or
 variables).
 
@@ -58,6 +58,8 @@ __all__ = ["Claim", "claims"]
 # "15% of 80", "1/2 of 80" and "divided by".
 _GLUE_WORDS = frozenset({"x", "times", "plus", "minus", "over", "less"})
 _BY_GLUE = frozenset({"divided", "multiplied"})
+# Words after which a bare number is a label, not a value: "Day 2 = 3 * 4 = 12".
+_LABEL_WORDS = frozenset({"day", "week", "month", "year", "step", "part", "round", "level", "stage", "case"})
 _CENTS = frozenset({"cent", "cents"})
 _ARITHMETIC = ("num", "op", "lp", "rp", "eq")
 
@@ -300,21 +302,25 @@ def _run_claims(text: str, run: list[Token], before: list[Token], after: list[To
 
 
 def _open_start(segment: list[Token], before: list[Token]) -> bool:
-    """Whether the first side of a run continues an expression before it: after a variable or a
-    glue word (``3x - 5``, ``pages x 1/3``, ``1 and 1/3``), or a number broken by a stray
-    comma or period (``16,0000/10``, ``.8 + . 84``; not ``In 2005, 20/2 = 10``)."""
+    """Whether the first side of a run continues an expression before it, or is not a value:
+    after a variable or a glue word (``3x - 5``, ``pages x 1/3``, ``1 and 1/3``), a label
+    (``Week 2 = 35 + 35``), or a number broken by a stray comma or period (``16,0000/10``,
+    ``.8 + . 84``; not ``In 2005, 20/2 = 10``)."""
     first = segment[0]
     opens_with_op = first.kind == "op"
     if not before:
         return opens_with_op and OPS[first.text] != "-"
     b0, b1 = before[0], before[1] if len(before) > 1 else None
     if b0.kind == "word":
-        word, b1_kind, b1_word = b0.text.lower(), b1 and b1.kind, b1.text.lower() if b1 else ""
+        word = b0.text.lower()
+        b1_kind, b1_word = (b1.kind, b1.text.lower()) if b1 is not None else (None, "")
         if word in _GLUE_WORDS or not first.spaced:
             return True
         if (word == "of" and b1_kind == "num") or (word == "by" and b1_word in _BY_GLUE):
             return True
         if word == "and" and b1_kind == "num" and tight_fraction(segment, 0):
+            return True
+        if word in _LABEL_WORDS and len(segment) == 1:
             return True
         return opens_with_op
     if b0.kind == "other" and b1 is not None:
@@ -341,7 +347,7 @@ def _open_end(segment: list[Token], after: list[Token]) -> bool:
         return True
     if a0.text.lower() == "and" and rest and (rest[0].kind == "lp" or tight_fraction(rest, 0)):
         return True
-    return bool(rest) and rest[0].kind in ("op", "pow", "eq")
+    return bool(rest) and rest[0].kind in ("op", "eq")
 
 
 def _lead(segment: list[Token]) -> _Side | None:
