@@ -40,6 +40,9 @@ CHECKER = "kvreg.flywheel.gsm8k-checker/v1"
 #: Test-set lines (1-based) whose reference solution states a false equation, so that
 #: ``check_solution(answer_text, gold)`` fails them although the final answer is right.
 #: The checker is right about each; the flywheel cannot use these references as they are.
+#: (The full train set, not shipped, has 31 such lines in 7,473: wrong products or sums
+#: such as line 7445's ``14*20=140``, typos such as line 6813's ``50-8 = 44``, and clock
+#: arithmetic in line 658's ``0900-0130 = 0730``; none among the 8-shot lines 1-8.)
 REFERENCE_ERRATA: dict[int, str] = {
     502: "'364 / 4 = 273' (meant 3/4 * 364 = 273; the annotation has it right)",
     959: "'48 = 100% + 20%' (a proportion written as an equation)",
