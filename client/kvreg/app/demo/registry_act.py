@@ -113,6 +113,8 @@ class RegistryAct:
             f"{FLYWHEEL_NAMESPACE}; its exam pulls what it grafts on demand"
         )
         _login(asking, url, self.tokens.reader)
+        if all(r.name != REMOTE for r in RemoteConfig(self.home).list()):  # run() has not logged in
+            _login(self.home, url, self.tokens.admin)
         with _client(self.home) as client, _client(asking) as reader:
             audit = RemoteLog(asking, REMOTE, reader)
             registry = Registry(

@@ -18,8 +18,13 @@ c. **Exam again** with ``ask`` in ``auto`` mode on the repeat and unseen
    the same tokens (every decode step's logits SHA-256-equal), the fresh prefill
    of the grafted tokens is timed next to the graft, and a fallback's output is
    compared with the baseline's (same tokens, same logits digests). A *wrong
-   graft* is a knowledge graft whose artifact is another question or whose answer
-   is wrong: the goal is zero.
+   graft* is a knowledge graft whose artifact is another question, or, where the
+   library holds the answer (addition), whose answer is wrong: the goal is zero.
+   Where the model writes the answer after the graft (GSM8K), a wrong answer there
+   is counted as ``missed_after_graft``.
+
+The task (:mod:`kvreg.app.flywheel.tasks`) decides the problems, how they are asked
+and checked, and what the library keeps.
 
 It returns a :class:`FlywheelReport` (``to_dict`` for JSON); nothing here prints.
 """
@@ -241,6 +246,7 @@ class FlywheelReport:
             "fallbacks": sum(a.mode == "off" for a in self.after),
             "unseen_knowledge_grafts": sum(a.mode == "knowledge" for a in after_unseen),
             "wrong_grafts": sum(a.wrong_graft for a in self.after),
+            "missed_after_graft": sum(a.mode == "knowledge" and not a.correct for a in self.after),
             "byte_exact_checks": len(checked),
             "byte_exact_passed": sum(bool(a.byte_exact) for a in checked),
             "grafted_tokens": sum(a.grafted_tokens for a in grafts),
@@ -376,7 +382,11 @@ def _check_graft(
         same_question = (
             stored == task.key(problem) if stored is not None else notes.get("title") == task.title(problem)
         )
-        answer.wrong_graft = not same_question or not answer.correct
+        # A wrong graft is another problem's artifact; where the library holds the answer (addition)
+        # a wrong answer after the graft is one too. Where the model writes the answer itself
+        # (GSM8K), a wrong answer after the right problem's solution is an answer missed, counted
+        # in the accuracy and in ``missed_after_graft``.
+        answer.wrong_graft = not same_question or (task.answer_in_library and not answer.correct)
 
 
 def exam(

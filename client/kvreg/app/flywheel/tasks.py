@@ -80,6 +80,9 @@ class FlywheelTask(Protocol):
     name: str
     reference_source: str  # the source of a task-made solution: "exact-solver" or "reference"
     max_new_tokens: int
+    # Whether a library solution holds the answer itself (then a wrong answer after a knowledge
+    # graft means a wrong artifact); when False the model writes the answer after the graft.
+    answer_in_library: bool
 
     def split(self, size: ExamSize) -> tuple[list[Any], list[Any]]: ...
 
@@ -111,6 +114,7 @@ class AdditionTask:
     reference_source = "exact-solver"
     verifier = "kvreg.flywheel.checker/v1"
     max_new_tokens = 160
+    answer_in_library = True
 
     def split(self, size: ExamSize) -> tuple[list[Problem], list[Problem]]:
         easy, hard = easy_exam(), hard_exam()
@@ -183,6 +187,7 @@ class Gsm8kTask:
     name = "gsm8k"
     reference_source = "reference"
     max_new_tokens = 256
+    answer_in_library = False
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path  # a GSM8K test .jsonl; None: the copy shipped with kvreg
