@@ -30,7 +30,7 @@ model: install
 
 # The work folder is kept (in .kvreg-demo/, replaced on every run) so that the commands the
 # demo prints at the end (kvreg serve --data ..., kvreg ask ...) browse what it built.
-demo: install
+demo: install model
 	rm -rf .kvreg-demo
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/kvreg demo --workdir .kvreg-demo
 

@@ -185,6 +185,8 @@ def test_demo_runs_end_to_end(tmp_path):
             "--workdir",
             str(workdir),
             "--json",
+            "--task",
+            "addition",  # seconds; the GSM8K act on SmolLM2 is tests/flywheel/test_gsm8k_flywheel.py
             "--repeat",
             "2",
             "--unseen",
