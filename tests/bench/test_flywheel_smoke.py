@@ -44,3 +44,32 @@ def test_quick_run_reports_every_figure(tmp_path: Path) -> None:
     variant = report["answer_line_variant"]
     assert variant["questions"] == 4 and variant["mean_decoded_tokens"] > 1
     assert "frozen model vs the verified library" in done.stdout
+
+
+@pytest.mark.slow
+def test_quick_gsm8k_run_goes_through_a_registry(tmp_path: Path) -> None:
+    """GSM8K on SmolLM2: chat-rendered library pushed to a registry, pulled lazily by a fresh home."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--task", "gsm8k", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    m = report["metrics"]
+    assert report["problems"] == {
+        "repeat": ["gsm8k-test-0002", "gsm8k-test-0003"],
+        "unseen": ["gsm8k-test-0004"],
+    }
+    assert report["library"]["sources"] == {"reference": 2} and report["push"]["refs"] == 2
+    assert m["knowledge_grafts"] == 2 and m["wrong_grafts"] == 0 and m["unseen_knowledge_grafts"] == 0
+    assert m["byte_exact_passed"] == m["byte_exact_checks"] == 3
+    assert m["fetched_bytes"] > 0  # the asking home had nothing: it pulled what it grafted
+    assert report["failures"] == []
+    asking = Path(report["registry"]["asking_home"])
+    assert sorted(p.name for p in (asking / "refs" / "flywheel").iterdir()) == [
+        "gsm8k-test-0002",
+        "gsm8k-test-0003",
+    ]

@@ -47,7 +47,9 @@ def run_flywheel_act(
         failures.append(
             f"{m['byte_exact_checks'] - m['byte_exact_passed']} flywheel answers were not byte-exact"
         )
-    if not m["accuracy_goal_met"]:
+    # With the answer in the library (addition) every repeat question must come out right; on
+    # GSM8K the model writes the answer after the graft, and what it gets right is measured.
+    if spec.the_task().answer_in_library and not m["accuracy_goal_met"]:
         failures.append(
             "the flywheel's accuracy with the library is below baseline + repeat questions missed"
         )

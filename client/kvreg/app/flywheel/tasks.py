@@ -22,8 +22,8 @@ Nothing here decodes, deposits or prints.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from kvreg.app.flywheel.gsm8k import (
@@ -193,8 +193,6 @@ class Gsm8kTask:
         self.path = path  # a GSM8K test .jsonl; None: the copy shipped with kvreg
 
     def split(self, size: ExamSize) -> tuple[list[Gsm8kProblem], list[Gsm8kProblem]]:
-        from pathlib import Path
-
         if size.first_line < 1 or size.repeat < 0 or size.unseen < 0:
             raise UsageError("GSM8K lines start at 1, and the exam sizes cannot be negative")
         lines = list(range(size.first_line, size.first_line + size.repeat + size.unseen))
@@ -273,7 +271,3 @@ def task_named(name: str, data: str | None = None) -> FlywheelTask:
     if name == "gsm8k":
         return Gsm8kTask(data)
     raise UsageError(f"unknown flywheel task {name!r}", hint="one of: addition, gsm8k")
-
-
-def problems_by_key(task: FlywheelTask, problems: Sequence[Any]) -> dict[str, Any]:
-    return {task.key(p): p for p in problems}
