@@ -84,6 +84,7 @@ class FlywheelSpec:
     repeat: int = 100
     unseen: int = 50
     first_line: int = 1
+    lines: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # GSM8K (repeat, unseen) test lines
     data: str | None = None
 
     def the_task(self) -> FlywheelTask:
@@ -102,6 +103,7 @@ class FlywheelSpec:
             repeat=self.repeat,
             unseen=self.unseen,
             first_line=self.first_line,
+            lines=self.lines,
         )
         return self.the_task().split(size)
 

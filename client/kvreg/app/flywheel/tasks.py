@@ -66,6 +66,7 @@ class ExamSize:
     repeat: int = 100  # GSM8K: test lines first_line .. first_line + repeat - 1
     unseen: int = 50  # GSM8K: the lines right after the repeat ones
     first_line: int = 1
+    lines: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # GSM8K: (repeat, unseen) lines instead
 
 
 @dataclass(frozen=True)
@@ -193,10 +194,16 @@ class Gsm8kTask:
         self.path = path  # a GSM8K test .jsonl; None: the copy shipped with kvreg
 
     def split(self, size: ExamSize) -> tuple[list[Gsm8kProblem], list[Gsm8kProblem]]:
+        path = Path(self.path) if self.path else None
+        if size.lines is not None:
+            repeat_lines, unseen_lines = size.lines
+            if set(repeat_lines) & set(unseen_lines):
+                raise UsageError("a GSM8K line cannot be both a repeat and an unseen problem")
+            return load_problems("test", repeat_lines, path), load_problems("test", unseen_lines, path)
         if size.first_line < 1 or size.repeat < 0 or size.unseen < 0:
             raise UsageError("GSM8K lines start at 1, and the exam sizes cannot be negative")
         lines = list(range(size.first_line, size.first_line + size.repeat + size.unseen))
-        problems = load_problems("test", lines, Path(self.path) if self.path else None)
+        problems = load_problems("test", lines, path)
         return problems[: size.repeat], problems[size.repeat :]
 
     def key(self, problem: Gsm8kProblem) -> str:
