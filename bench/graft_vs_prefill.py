@@ -187,7 +187,7 @@ def gsm8k_tokens(lm: Any, n: int) -> list[int]:
     while True:
         for _ in range(4):
             parts.append(gsm8k_parts(len(parts) + 1))
-        tokens = lm.encode("\n\n".join(parts), first=True)
+        tokens: list[int] = lm.encode("\n\n".join(parts), first=True)
         if len(tokens) >= n:
             return tokens[:n]
 

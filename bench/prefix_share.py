@@ -262,10 +262,10 @@ def measure(args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def med(key: str) -> float:
-        return statistics.median(r[key] for r in rows)
+        return float(statistics.median(r[key] for r in rows))
 
     def total(key: str) -> float:
-        return sum(r[key] for r in rows)
+        return float(sum(r[key] for r in rows))
 
     keys = [
         "prefill_seconds_graft",
