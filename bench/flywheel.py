@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     data = report.to_dict()
     repeat, _ = spec.problems()
     err.print("[dim]flywheel:[/dim] the answer-line variant (solution in the prompt, no cache)")
-    data["answer_line_variant"] = answer_line_variant(lm, repeat, spec.max_new_tokens)
+    data["answer_line_variant"] = answer_line_variant(lm, repeat, spec.token_limit())
     data["seconds"]["total"] = round(time.perf_counter() - started, 3)
     data["host"] = {
         "platform": platform.platform(),

@@ -83,6 +83,8 @@ def quiet_libraries(verbose: int) -> None:
     if verbose < 2:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        # transformers' GGUF reader draws a bar of its own with tqdm, which reads this at import
+        os.environ.setdefault("TQDM_DISABLE", "1")
         for pattern in (
             r".*`past_key_values` is deprecated",
             r".*is deprecated and will be removed in version",

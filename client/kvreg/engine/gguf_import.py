@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,11 +136,6 @@ def convert_gguf(path: Path, out_dir: Path) -> GgufSummary:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(path.parent), path.name
-    # transformers' GGUF reader draws a tqdm bar of its own, which only tqdm's variable silences.
-    quiet = os.environ.get("TRANSFORMERS_VERBOSITY") == "error"
-    saved = os.environ.get("TQDM_DISABLE")
-    if quiet:
-        os.environ["TQDM_DISABLE"] = "1"
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
@@ -150,12 +144,6 @@ def convert_gguf(path: Path, out_dir: Path) -> GgufSummary:
         )
     except (OSError, ValueError, KeyError, RuntimeError, AttributeError) as e:
         raise ModelError(f"transformers cannot read {path}: {e}") from e
-    finally:
-        if quiet:
-            if saved is None:
-                os.environ.pop("TQDM_DISABLE", None)
-            else:
-                os.environ["TQDM_DISABLE"] = saved
     # A GGUF-loaded model is marked quantized and transformers refuses to save it: copy its
     # (already dequantized) weights into a plain model built from the same config.
     if hasattr(config, "quantization_config"):
