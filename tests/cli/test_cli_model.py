@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli.helpers import kvreg
-from conftest import SMOLLM2_NAME
+from kvreg.app.models import SMOLLM2 as SMOLLM2_NAME
 
 
 def test_ls_and_show_verify(smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

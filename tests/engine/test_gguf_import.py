@@ -16,8 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SMOLLM2_NAME, SMOLLM2_PACKAGE
-from kvreg.app.models import ImportRequest, import_model, packaged_gguf, resolve_model, show_model
+from kvreg.app.models import SMOLLM2 as SMOLLM2_NAME
+from kvreg.app.models import (
+    SMOLLM2_PACKAGE,
+    ImportRequest,
+    import_model,
+    packaged_gguf,
+    resolve_model,
+    show_model,
+)
 from kvreg.core.errors import ModelError
 from kvreg.engine.fingerprint import weights_fingerprint
 from kvreg.store.model_library import RECORD_NAME, ModelLibrary

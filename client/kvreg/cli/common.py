@@ -14,6 +14,7 @@ import typer
 
 from kvreg.app.home import StoreHome, open_home
 from kvreg.app.prompts import Prompt, chat_turn, load_messages_file
+from kvreg.app.textfiles import read_utf8_text
 from kvreg.console import CliState
 from kvreg.core.errors import UsageError
 
@@ -53,21 +54,7 @@ def home(ctx: typer.Context) -> StoreHome:
 def read_text_file(path: str | Path, *, what: str) -> str:
     """A text file's exact content, decoded strictly as UTF-8."""
     source = Path(path)
-    try:
-        if not source.is_file():
-            raise UsageError(f"{what} {source} does not exist or is not a file")
-        if source.stat().st_size > _MAX_TEXT_BYTES:
-            raise UsageError(f"{what} {source} is larger than {_MAX_TEXT_BYTES // (1024 * 1024)} MiB")
-        data = source.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read {what} {source}: {e.strerror or e}") from e
-    try:
-        return data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as e:
-        raise UsageError(
-            f"{what} {source} is not valid UTF-8 (byte {e.start}: {e.reason})",
-            hint="kvreg reads text files as UTF-8; convert it, e.g. with iconv -t UTF-8",
-        ) from e
+    return read_utf8_text(source, f"{what} {source}", _MAX_TEXT_BYTES)
 
 
 def parse_json_object(text: str, *, option: str) -> dict[str, Any]:

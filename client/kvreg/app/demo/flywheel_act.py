@@ -14,7 +14,7 @@ from typing import Any
 
 from kvreg.app.feedback import Silent
 from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry, run_flywheel
-from kvreg.app.flywheel.session import TASK_DEFAULTS, default_model
+from kvreg.app.flywheel.session import TASK_BLOCK_SIZES, default_model
 from kvreg.core.keys import SigningKey
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import load_model
@@ -31,7 +31,7 @@ def run_flywheel_act(
     failures: list[str],
 ) -> dict[str, Any]:
     """Run the flywheel on the task's model (``kvreg.app.flywheel.loop``); record what failed."""
-    block_size, _ = TASK_DEFAULTS[spec.task]
+    block_size = TASK_BLOCK_SIZES[spec.task]
     model_dir = default_model(spec.task, Silent())
     say(f"flywheel: loading {model_dir.name} (blocks of {block_size} tokens)")
     settings = EngineSettings(threads=threads, block_size=block_size)

@@ -84,9 +84,10 @@ def verification_for(problem: Problem, completion: str, *, source: str) -> dict[
 class LibraryEntry:
     """One problem's chosen solution, as deposited after the question.
 
-    For addition ``completion`` is ``solution + " #### " + answer`` (no EOS) and its record
-    is computed by the checker on demand; a task that cuts the solution (GSM8K keeps it
-    without its final-answer line) passes the record its checker made of the whole text.
+    For addition ``completion`` is ``solution + " #### " + answer`` (no EOS); GSM8K keeps the
+    solution without its final-answer line. ``record`` is the verification the task's checker
+    made when the entry was chosen (of the whole text, for a cut solution); without one, the
+    addition checker computes it on demand.
     ``decoded_tokens`` is what the model decoded for it (EOS included), None for a
     task-made solution.
     """
@@ -127,8 +128,7 @@ def _entry(task: FlywheelTask, problem: Any, got: Completion | None, source: str
     kept = task.library_text(problem, got[0], source)
     if kept is None:
         return None
-    record = None if isinstance(task, AdditionTask) else kept.verification
-    return LibraryEntry(problem, kept.text, source, got[1], record)
+    return LibraryEntry(problem, kept.text, source, got[1], kept.verification)
 
 
 def unsolved(
@@ -177,8 +177,7 @@ def choose_entries(
         if entry is None:
             made = task.reference_text(problem)
             if made is not None:
-                record = None if isinstance(task, AdditionTask) else made.verification
-                entry = LibraryEntry(problem, made.text, task.reference_source, None, record)
+                entry = LibraryEntry(problem, made.text, task.reference_source, None, made.verification)
         if entry is not None:
             entries.append(entry)
     return entries

@@ -62,29 +62,19 @@ RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
 
 
 @dataclass(frozen=True)
-class FlywheelSpec:
-    """The task, the exam's size and the library's sampling; the defaults are ``kvreg demo``'s.
-
-    ``repeat_*``/``unseen_*`` size the addition exam; ``repeat``, ``unseen`` and
-    ``first_line`` the GSM8K one (test lines ``first_line ..``, repeat first). ``data`` is
-    a GSM8K test ``.jsonl`` (None: the copy shipped with kvreg); ``max_new_tokens`` None
-    is the task's own limit.
+class FlywheelSpec(ExamSize):
+    """The task, the exam's size (:class:`ExamSize`: ``repeat_*``/``unseen_*`` for addition;
+    ``repeat``, ``unseen``, ``first_line`` or ``lines`` for GSM8K) and the library's sampling;
+    the defaults are ``kvreg demo``'s. ``data`` is a GSM8K test ``.jsonl`` (None: the copy
+    shipped with kvreg); ``max_new_tokens`` None is the task's own limit.
     """
 
-    repeat_easy: int = 12
-    repeat_hard: int = 12
-    unseen_easy: int = 4
-    unseen_hard: int = 4
     attempts: int = 8  # samples per repeat question the greedy answer missed
     temperature: float = 1.0
     seed: int = 0
     max_new_tokens: int | None = None
     namespace: str = "flywheel"
     task: str = "addition"
-    repeat: int = 100
-    unseen: int = 50
-    first_line: int = 1
-    lines: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # GSM8K (repeat, unseen) test lines
     data: str | None = None
 
     def the_task(self) -> FlywheelTask:
@@ -95,17 +85,7 @@ class FlywheelSpec:
 
     def problems(self) -> tuple[list[Any], list[Any]]:
         """(repeat, unseen): disjoint slices of the held-out exam."""
-        size = ExamSize(
-            repeat_easy=self.repeat_easy,
-            repeat_hard=self.repeat_hard,
-            unseen_easy=self.unseen_easy,
-            unseen_hard=self.unseen_hard,
-            repeat=self.repeat,
-            unseen=self.unseen,
-            first_line=self.first_line,
-            lines=self.lines,
-        )
-        return self.the_task().split(size)
+        return self.the_task().split(self)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback
 from kvreg.app.loader import load_engine
-from kvreg.app.models import SMOLLM2, SMOLLM2_PACKAGE, ImportRequest, import_model
+from kvreg.app.models import smollm2
 from kvreg.core.errors import UsageError
 from kvreg.core.keys import SigningKey
 from kvreg.engine.flywheel.model import BLOCK_SIZE, model_path
@@ -53,8 +53,8 @@ class FlywheelRequest:
     threads: int | None = None
 
 
-#: Per task: the block size and the model used when none is given.
-TASK_DEFAULTS: dict[str, tuple[int, str]] = {"addition": (BLOCK_SIZE, "bundled"), "gsm8k": (32, SMOLLM2)}
+#: Per task: the block size (a GSM8K question is ~100 tokens; an addition question ~20).
+TASK_BLOCK_SIZES: dict[str, int] = {"addition": BLOCK_SIZE, "gsm8k": 32}
 
 
 def default_model(task: str, feedback: Feedback) -> Path:
@@ -62,7 +62,7 @@ def default_model(task: str, feedback: Feedback) -> Path:
     first use, a one-time conversion of about 30 s)."""
     if task == "addition":
         return model_path()
-    return import_model(ImportRequest(package=SMOLLM2_PACKAGE, name=SMOLLM2), feedback=feedback).path
+    return smollm2(feedback)
 
 
 def run_session(
@@ -73,9 +73,9 @@ def run_session(
     progress: Progress | None = None,
 ) -> FlywheelReport:
     """Load the model and run the flywheel in ``home``, the library signed with ``key``."""
-    if request.task not in TASK_DEFAULTS:
+    if request.task not in TASK_BLOCK_SIZES:
         raise UsageError(f"unknown flywheel task {request.task!r}", hint="one of: addition, gsm8k")
-    default_block, _ = TASK_DEFAULTS[request.task]
+    default_block = TASK_BLOCK_SIZES[request.task]
     fields = EngineOptions(threads=request.threads, block_size=request.block_size or default_block).for_new()
     model = request.model or default_model(request.task, feedback)
     lm, _ = load_engine(feedback, model, fields, home)
