@@ -73,9 +73,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import platform
-import resource
 import shutil
 import socket
 import statistics
@@ -104,7 +104,15 @@ BIG_MODEL: dict[str, int] = {
     "head_dim": 128,
     "max_position_embeddings": 16384,
 }
-GOALS = {"pull_over_raw": 0.5, "push_over_raw": 0.4}
+#: Ratios to the raw copy's throughput (at least) and CPU seconds per GiB moved (at most).
+GOALS = {
+    "pull_over_raw": 0.8,
+    "push_over_raw": 0.6,
+    "push_server_cpu_s_per_gib": 1.5,
+    "pull_client_cpu_s_per_gib": 1.5,
+}
+AT_MOST = frozenset({"push_server_cpu_s_per_gib", "pull_client_cpu_s_per_gib"})
+GIB = 1 << 30
 ADMIN = "bench-admin"
 WRITER = "bench-writer"
 
@@ -303,6 +311,39 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Start a new peak-RSS measurement for ``pid`` (Linux: ``clear_refs`` 5 resets VmHWM)."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory of a running process since :func:`reset_peak_rss`, in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def run_child(command: list[str]) -> dict[str, float]:
+    """Run a command to its end: its wall time, CPU seconds and peak RSS (``wait4``)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+    return {
+        "seconds": seconds,
+        "client_cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "client_peak_rss_mib": usage.ru_maxrss / 1024,
+    }
+
+
 @dataclass
 class Registry:
     """A ``kvreg serve`` subprocess on loopback with its own data (and database/bucket)."""
@@ -378,6 +419,13 @@ class Registry:
 
     def cpu_seconds(self) -> float:
         return process_cpu_seconds(self.proc.pid) if self.proc is not None else float("nan")
+
+    def reset_peak_rss(self) -> None:
+        if self.proc is not None:
+            reset_peak_rss(self.proc.pid)
+
+    def peak_rss_mib(self) -> float:
+        return peak_rss_mib(self.proc.pid) if self.proc is not None else float("nan")
 
     def stored_files(self) -> tuple[dict[str, int], dict[str, int]]:
         """Everything in the object storage, looked at directly: ``({digest: size}, {other: size})``.
@@ -462,11 +510,6 @@ def settle() -> None:
     os.sync()
 
 
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 @dataclass
 class RawServer:
     """``python -m http.server`` on loopback serving one file; ``curl`` downloads it."""
@@ -495,16 +538,12 @@ class RawServer:
     def download(self, dest: Path) -> dict[str, float]:
         assert self.proc is not None
         settle()
+        reset_peak_rss(self.proc.pid)
         server_cpu = process_cpu_seconds(self.proc.pid)
-        client_cpu = children_cpu()
-        t = time.perf_counter()
-        subprocess.run([self.curl, "-s", "-S", "-f", "-o", str(dest), self.url], check=True)
-        seconds = time.perf_counter() - t
-        return {
-            "seconds": seconds,
-            "server_cpu_seconds": process_cpu_seconds(self.proc.pid) - server_cpu,
-            "client_cpu_seconds": children_cpu() - client_cpu,
-        }
+        sample = run_child([self.curl, "-s", "-S", "-f", "-o", str(dest), self.url])
+        sample["server_cpu_seconds"] = process_cpu_seconds(self.proc.pid) - server_cpu
+        sample["server_peak_rss_mib"] = peak_rss_mib(self.proc.pid)
+        return sample
 
 
 def curl_registry(
@@ -524,21 +563,21 @@ def curl_registry(
     if upload:
         command += ["-H", "Content-Type: application/octet-stream"]
     settle()
+    registry.reset_peak_rss()
     server_cpu = registry.cpu_seconds()
-    client_cpu = children_cpu()
-    t = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - t
-    return {
-        "seconds": seconds,
-        "server_cpu_seconds": registry.cpu_seconds() - server_cpu,
-        "client_cpu_seconds": children_cpu() - client_cpu,
-    }
+    sample = run_child(command)
+    sample["server_cpu_seconds"] = registry.cpu_seconds() - server_cpu
+    sample["server_peak_rss_mib"] = registry.peak_rss_mib()
+    return sample
 
 
 def timed_call(registry: Registry, fn: Any) -> tuple[Any, dict[str, float]]:
-    """Run ``fn()``; its wall time, and the CPU seconds of this process and of the server meanwhile."""
+    """Run ``fn()``; its wall time, and the CPU seconds and peak RSS of this process and of the
+    server meanwhile (this process's RSS before the call is reported too: it holds torch)."""
     settle()
+    registry.reset_peak_rss()
+    reset_peak_rss(os.getpid())
+    client_before = peak_rss_mib(os.getpid())
     server_cpu = registry.cpu_seconds()
     client_cpu = time.process_time()
     t = time.perf_counter()
@@ -548,6 +587,9 @@ def timed_call(registry: Registry, fn: Any) -> tuple[Any, dict[str, float]]:
         "seconds": seconds,
         "server_cpu_seconds": registry.cpu_seconds() - server_cpu,
         "client_cpu_seconds": time.process_time() - client_cpu,
+        "server_peak_rss_mib": registry.peak_rss_mib(),
+        "client_peak_rss_mib": peak_rss_mib(os.getpid()),
+        "client_rss_before_mib": client_before,
     }
 
 
@@ -727,16 +769,18 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         for key in runs[0]:
             if key != "seconds":
                 out[f"{key}_median"] = median([r[key] for r in runs])
+        for side in ("server", "client"):
+            out[f"{side}_cpu_s_per_gib"] = out[f"{side}_cpu_seconds_median"] * GIB / total
         return out
 
     raw, pushed, pulled = summary("raw"), summary("push"), summary("pull")
-    ratios: dict[str, float | None] = {"push_over_raw": None, "pull_over_raw": None}
-    if raw is not None:
-        assert pushed is not None and pulled is not None
-        ratios = {
-            "push_over_raw": raw["seconds"] / pushed["seconds"],
-            "pull_over_raw": raw["seconds"] / pulled["seconds"],
-        }
+    assert pushed is not None and pulled is not None
+    measured: dict[str, float | None] = {
+        "push_over_raw": None if raw is None else raw["seconds"] / pushed["seconds"],
+        "pull_over_raw": None if raw is None else raw["seconds"] / pulled["seconds"],
+        "push_server_cpu_s_per_gib": pushed["server_cpu_s_per_gib"],
+        "pull_client_cpu_s_per_gib": pulled["client_cpu_s_per_gib"],
+    }
     return {
         "model": {"arch": "llama", **BIG_MODEL},
         "kv_bytes_per_token": kv_bytes_per_token(BIG_MODEL),
@@ -757,10 +801,17 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         },
         "push_reports": pushes,
         "pull_reports": pulls,
-        "ratios": ratios,
-        "goals_met": {k: (None if v is None else v >= GOALS[k]) for k, v in ratios.items()},
+        "ratios": {k: v for k, v in measured.items() if k not in AT_MOST},
+        "measured": measured,
+        "goals_met": {k: goal_met(k, v) for k, v in measured.items()},
         "server_log_tail": server_log if server_log.strip() else "",
     }
+
+
+def goal_met(name: str, value: float | None) -> bool | None:
+    if value is None:
+        return None
+    return value <= GOALS[name] if name in AT_MOST else value >= GOALS[name]
 
 
 def suffix_tokens(lm: Any, i: int) -> list[int]:
@@ -881,6 +932,13 @@ def machine() -> dict[str, Any]:
         ).stdout.splitlines():
             if line.startswith("Model name:"):
                 cpu = line.split(":", 1)[1].strip()
+    flags: list[str] = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                flags = [f for f in ("sha_ni", "avx2", "avx512f") if f in present]
+                break
     curl = shutil.which("curl")
     curl_version = None
     if curl is not None:
@@ -891,12 +949,27 @@ def machine() -> dict[str, Any]:
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
+        "cpu_flags": flags,
         "python": platform.python_version(),
         "kvreg": kvreg.__version__,
         "uvicorn": uvicorn.__version__,
+        "http parser": "httptools" if importlib.util.find_spec("httptools") else "h11",
         "httpx": httpx.__version__,
+        "o_direct": o_direct_supported(ROOT / "bench"),
         "curl": curl_version,
     }
+
+
+def o_direct_supported(folder: Path) -> bool:
+    """Whether the filesystem of ``folder`` takes O_DIRECT (then kvreg's large writes bypass the
+    page cache: ``kvreg.fileio.directio``)."""
+    with tempfile.NamedTemporaryFile(dir=folder) as f:
+        try:
+            fd = os.open(f.name, os.O_WRONLY | getattr(os, "O_DIRECT", 0))
+        except OSError:
+            return False
+        os.close(fd)
+        return True
 
 
 def source_state() -> dict[str, Any]:
@@ -920,9 +993,11 @@ def render(report: dict[str, Any]) -> str:
     m = report["machine"]
     t = report["transfer"]
     d = report["dedupe"]
-    lines = [
-        f"machine: {m['nproc']} CPUs, {m['cpu']}, python {m['python']}, uvicorn {m['uvicorn']}, "
-        f"httpx {m['httpx']}, {m['curl'] or 'no curl'}",
+    lines: list[str] = [
+        f"machine: {m['nproc']} CPUs, {m['cpu']} ({' '.join(m['cpu_flags']) or 'no sha_ni/avx'}), "
+        f"python {m['python']}, uvicorn {m['uvicorn']} "
+        f"({m['http parser']}), httpx {m['httpx']}, {m['curl'] or 'no curl'}, "
+        f"O_DIRECT {'yes' if m['o_direct'] else 'no'}",
         "load average (1 min) at start {:.2f}, at end {:.2f}".format(*report["load_average"]),
         "source: commit {} ({})".format(
             (report["source"]["at_start"]["commit"] or "unknown")[:12],
@@ -943,23 +1018,25 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"artifact: {t['tokens']} tokens, {t['chunks']} chunks of {report['block_size']} tokens, "
         f"{t['objects']} objects, {t['bytes'] / MIB:.1f} MiB (a real deposit: {t['deposit_seconds']:.0f} s)",
-        f"  {'':40}{'seconds':>9}{'MiB/s':>9}{'server CPU s':>14}{'client CPU s':>14}",
+        f"  {'':36}{'seconds':>8}{'MiB/s':>7}{'CPU s per GiB':>17}{'peak RSS MiB':>17}",
+        f"  {'':36}{'':>8}{'':>7}{'server':>9}{'client':>8}{'server':>9}{'client':>8}",
     ]
     diagnostics = t["diagnostics"]
     rows = [
         ("raw: http.server -> curl", t["raw"]),
         ("kvreg push (fresh namespace)", t["push"]),
         ("kvreg pull (fresh store)", t["pull"]),
-        (f"diagnostic: curl x{report['jobs']} PUT -> kvreg serve", diagnostics["curl_put_to_registry"]),
-        (f"diagnostic: kvreg serve -> curl x{report['jobs']} GET", diagnostics["curl_get_from_registry"]),
+        (f"diagnostic: curl x{report['jobs']} PUT -> serve", diagnostics["curl_put_to_registry"]),
+        (f"diagnostic: serve -> curl x{report['jobs']} GET", diagnostics["curl_get_from_registry"]),
     ]
     for label, r in rows:
         if r is None:
-            lines.append(f"  {label:40}{'(not measured: no curl)':>46}")
+            lines.append(f"  {label:36}{'(not measured: no curl)':>40}")
             continue
         lines.append(
-            f"  {label:40}{r['seconds']:9.2f}{r['mib_per_s']:9.0f}"
-            f"{r['server_cpu_seconds_median']:14.2f}{r['client_cpu_seconds_median']:14.2f}"
+            f"  {label:36}{r['seconds']:8.2f}{r['mib_per_s']:7.0f}"
+            f"{r['server_cpu_s_per_gib']:9.2f}{r['client_cpu_s_per_gib']:8.2f}"
+            f"{r['server_peak_rss_mib_median']:9.0f}{r['client_peak_rss_mib_median']:8.0f}"
         )
         if r is t["pull"]:
             lines.append(
@@ -967,32 +1044,45 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['install_seconds_median']:.2f} s, the rest (ref, envelope, downloads) "
                 f"{r['download_seconds_median']:.2f} s"
             )
+    lines.append(
+        f"  the client's RSS before a push or pull (this process, torch loaded): "
+        f"{t['push']['client_rss_before_mib_median']:.0f} MiB"
+    )
     for key, label in (
         ("push_over_raw", "push / raw throughput"),
         ("pull_over_raw", "pull / raw throughput"),
+        ("push_server_cpu_s_per_gib", "server CPU s per GiB pushed"),
+        ("pull_client_cpu_s_per_gib", "client CPU s per GiB pulled"),
     ):
-        value = t["ratios"][key]
+        value = t["measured"][key]
         if value is None:
-            lines.append(f"  {label:40}   not measured (no curl)")
+            lines.append(f"  {label:36}   not measured (no curl)")
         else:
             met = "met" if t["goals_met"][key] else "NOT met"
-            lines.append(f"  {label:40}{value:9.2f}   goal >= {GOALS[key]:.2f}: {met}")
+            sign = "<=" if key in AT_MOST else ">="
+            lines.append(f"  {label:36}{value:8.2f}   goal {sign} {GOALS[key]:.2f}: {met}")
+    if d is None:
+        lines += ["", "dedupe: not measured (--transfers-only)"]
+    else:
+        lines += [
+            "",
+            f"dedupe: {d['artifacts']} artifacts, a shared {d['prefix_tokens']}-token prefix + "
+            f"{d['suffix_tokens']['min']}-{d['suffix_tokens']['max']} tokens each, "
+            f"blocks of {d['block_size']}",
+            *(
+                f"  {label:60}{value:>16,}"
+                for label, value in (
+                    ("logical bytes (every object of every artifact, manifests)", d["logical_bytes"]),
+                    (f"unique objects' bytes ({d['unique_objects']} objects)", d["unique_bytes"]),
+                    (f"stored in the registry's storage ({d['stored_objects']} files)", d["stored_bytes"]),
+                    (f"unique chunks' bytes ({d['unique_chunks']} chunks)", d["unique_chunk_bytes"]),
+                    ("stored chunk bytes", d["stored_chunk_bytes"]),
+                )
+            ),
+            f"  dedupe ratio logical / stored {d['ratio']:.2f}x (chunks only {d['chunk_ratio']:.2f}x); "
+            f"pushes sent {d['bytes_sent']:,} bytes in {d['push_seconds']:.1f} s",
+        ]
     lines += [
-        "",
-        f"dedupe: {d['artifacts']} artifacts, a shared {d['prefix_tokens']}-token prefix + "
-        f"{d['suffix_tokens']['min']}-{d['suffix_tokens']['max']} tokens each, blocks of {d['block_size']}",
-        *(
-            f"  {label:60}{value:>16,}"
-            for label, value in (
-                ("logical bytes (every object of every artifact, manifests)", d["logical_bytes"]),
-                (f"unique objects' bytes ({d['unique_objects']} objects)", d["unique_bytes"]),
-                (f"stored in the registry's storage ({d['stored_objects']} files)", d["stored_bytes"]),
-                (f"unique chunks' bytes ({d['unique_chunks']} chunks)", d["unique_chunk_bytes"]),
-                ("stored chunk bytes", d["stored_chunk_bytes"]),
-            )
-        ),
-        f"  dedupe ratio logical / stored {d['ratio']:.2f}x (chunks only {d['chunk_ratio']:.2f}x); "
-        f"pushes sent {d['bytes_sent']:,} bytes in {d['push_seconds']:.1f} s",
         "",
         "checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in report["checks"].items()),
     ]
@@ -1019,6 +1109,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--backend", choices=("sqlite-folder", "postgres-s3"), default="sqlite-folder")
     p.add_argument("--quick", action="store_true", help="64 MiB, 10 artifacts, one round: a smoke test")
+    p.add_argument(
+        "--transfers-only", action="store_true", help="skip the dedupe part (e.g. for --size-mib 4096)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (stores, registry data)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="models and work folder (default bench/out)")
     args = p.parse_args(argv)
@@ -1040,7 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         transfer = measure_transfers(args, work, checks)
         shutil.rmtree(work / "raw", ignore_errors=True)
-        dedupe = measure_dedupe(args, work, checks)
+        dedupe = None if args.transfers_only else measure_dedupe(args, work, checks)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -21,6 +21,7 @@ or what the bytes mean. It never logs the token.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import logging
@@ -28,6 +29,7 @@ import os
 import random
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,18 +42,19 @@ import httpx
 import kvreg
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, KvregError, RemoteError, StoreError, UnavailableError
-from kvreg.fileio.atomicfile import finish
+from kvreg.fileio.directio import AlignedWriter
+from kvreg.remote.bulk import TRANSPORT_ERRORS, BulkHttp, BulkResponse, FileBody, ShortFileError
 from kvreg.remote.errors import RETRY_STATUSES, map_error
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_JSON_BYTES", "Download", "HttpSession", "ProgressCallback", "Reply", "file_body"]
+__all__ = ["MAX_JSON_BYTES", "Download", "HttpSession", "ProgressCallback", "Reply", "file_size"]
 
 #: Largest JSON document (other than an envelope) the client reads from a registry.
 MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_ERROR_BYTES = 256 * 1024
-BLOCK = 1 << 20
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_STORAGE_REDIRECTS = 5
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
 
@@ -110,83 +113,99 @@ def is_loopback(host: str) -> bool:
 
 
 class _Sink:
-    """The file a download writes to, the hash of everything in it, and the progress callback."""
+    """The file a download writes to (through a pooled aligned buffer,
+    ``kvreg.fileio.directio``), the hash of everything in it, and the progress callback."""
 
-    def __init__(self, f: BinaryIO, start: int, progress_cb: ProgressCallback | None) -> None:
-        self.f = f
+    def __init__(self, fd: int, start: int, progress_cb: ProgressCallback | None) -> None:
+        self.fd = fd
         self.hasher = hashlib.sha256()
         self.progress_cb = progress_cb
-        f.seek(0)
         done = 0
-        while done < start:  # hash the kept prefix, so that the digest covers the whole file
-            block = f.read(min(BLOCK, start - done))
-            if not block:
-                break
-            self.hasher.update(block)
-            done += len(block)
-        f.seek(done)
-        f.truncate(done)
+        if start > 0:  # hash the kept prefix, so that the digest covers the whole file
+            writer = AlignedWriter(fd, offset=0, direct=False)
+            try:
+                view = writer.free()
+                while done < start:
+                    n = os.preadv(fd, [view[: min(len(view), start - done)]], done)
+                    if n <= 0:
+                        break
+                    self.hasher.update(view[:n])
+                    done += n
+            finally:
+                writer.release()
+        os.ftruncate(fd, done)
         self.offset = done
+        self.writer = AlignedWriter(fd, offset=done)
 
-    def write(self, block: bytes) -> None:
-        self.f.write(block)
-        self.hasher.update(block)
-        self.offset += len(block)
-        if self.progress_cb is not None:
-            self.progress_cb(len(block))
+    def receive(self, response: BulkResponse, digest: Digest, max_size: int | None) -> None:
+        """Read the rest of ``response``'s body into the file, hashing every byte."""
+        if max_size is not None and response.remaining is not None:
+            self._refuse_past(max_size, self.offset + response.remaining, digest)
+        while True:
+            view = self.writer.free()
+            n = response.readinto(view, on_idle=self.writer.flush)
+            if n == 0:
+                return
+            if max_size is not None:
+                self._refuse_past(max_size, self.offset + n, digest)
+            self.hasher.update(view[:n])
+            self.writer.advance(n)
+            self.offset += n
+            if self.progress_cb is not None:
+                self.progress_cb(n)
+
+    @staticmethod
+    def _refuse_past(max_size: int, size: int, digest: Digest) -> None:
+        if size > max_size:
+            raise DigestMismatchError(
+                f"the registry sent more than {max_size} bytes for object {digest}",
+                expected=str(digest),
+                max_size=max_size,
+            )
 
     def restart(self) -> None:
         if self.progress_cb is not None and self.offset:
             self.progress_cb(-self.offset)
-        self.f.seek(0)
-        self.f.truncate(0)
+        self.writer.release()
+        os.ftruncate(self.fd, 0)
         self.hasher = hashlib.sha256()
         self.offset = 0
+        self.writer = AlignedWriter(self.fd, offset=0)
+
+    def finish(self) -> None:
+        """Write what is buffered, cut the file to the bytes received, fsync it."""
+        self.writer.close()
+        os.ftruncate(self.fd, self.offset)
+        os.fsync(self.fd)
+
+    def abandon(self) -> None:
+        """Keep what was received in the file (a later call resumes from it); drop the buffer."""
+        try:
+            self.writer.close()  # what was counted is good: write it, so the resume starts after it
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.offset)
 
     def digest(self) -> Digest:
         return Digest.from_hex(self.hasher.hexdigest())
 
 
-def file_body(
-    source: Path | BinaryIO,
-    size: int,
-    digest: Digest,
-    sent: list[int],
-    progress_cb: ProgressCallback | None,
-    origin: int = 0,
-) -> Iterator[bytes]:
-    """Exactly ``size`` bytes of a file (a path, or a seekable file from ``origin``) in blocks.
-
-    Counts them in ``sent[0]`` and reports them to ``progress_cb``. A file that
-    holds another number of bytes raises ``StoreError``.
-    """
-    sent[0] = 0
+def file_size(source: Path | BinaryIO, origin: int, size: int, digest: Digest) -> None:
+    """Refuse (``StoreError``) a file that does not hold exactly ``size`` bytes after ``origin``."""
     if isinstance(source, Path):
-        with source.open("rb") as f:
-            yield from _blocks(f, size, digest, sent, progress_cb)
+        try:
+            total = source.stat().st_size
+        except OSError as e:
+            raise StoreError(f"cannot read object {digest}: {e.strerror or e}", digest=str(digest)) from e
     else:
-        source.seek(origin)
-        yield from _blocks(source, size, digest, sent, progress_cb)
-
-
-def _blocks(
-    f: BinaryIO, size: int, digest: Digest, sent: list[int], progress_cb: ProgressCallback | None
-) -> Iterator[bytes]:
-    remaining = size
-    while remaining > 0:
-        block = f.read(min(BLOCK, remaining))
-        if not block:
-            raise StoreError(
-                f"object {digest} ended after {size - remaining} of {size} bytes while uploading it",
-                hint="run 'kvreg fsck' on the local store",
-                digest=str(digest),
-            )
-        remaining -= len(block)
-        sent[0] += len(block)
-        if progress_cb is not None:
-            progress_cb(len(block))
-        yield block
-    if f.read(1):
+        total = source.seek(0, os.SEEK_END)
+    if total - origin < size:
+        raise StoreError(
+            f"object {digest} ended after {max(0, total - origin)} of {size} bytes while uploading it",
+            hint="run 'kvreg fsck' on the local store",
+            digest=str(digest),
+        )
+    if total - origin > size:
         raise StoreError(
             f"object {digest} is longer than {size} bytes while uploading it",
             hint="run 'kvreg fsck' on the local store",
@@ -238,22 +257,35 @@ class HttpSession:
                     "sending a token over plain http to %s: anyone on the path can read it; use https",
                     host,
                 )
+        self._agent = agent
+        self._token_header = None if token is None else f"Bearer {token}"
+        self._origin = _origin(base_url)
         timeouts = httpx.Timeout(timeout, connect=connect_timeout, pool=None)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # trust_env is off (no proxies or .netrc picked up silently); the CA settings that
         # users of a private certificate authority rely on are honoured explicitly.
-        common: dict[str, Any] = {
-            "timeout": timeouts,
-            "limits": limits,
-            "verify": _tls_verify(verify),
-            "trust_env": False,
-        }
-        self.http = httpx.Client(headers=headers, follow_redirects=False, transport=transport, **common)
-        self.bare = httpx.Client(headers=agent, follow_redirects=True, max_redirects=5, **common)
+        self._verify = _tls_verify(verify)
+        self._ssl: ssl.SSLContext | None = None
+        self._ssl_lock = threading.Lock()
+        common: dict[str, Any] = {"timeout": timeouts, "limits": limits, "trust_env": False}
+        self.http = httpx.Client(
+            headers=headers, follow_redirects=False, transport=transport, verify=self._verify, **common
+        )
+        # Object bodies (uploads, downloads, storage redirects) take the bulk transport;
+        # ``transport`` (tests, custom stacks) applies to the JSON requests above only.
+        self.bulk = BulkHttp(timeout=timeout, connect_timeout=connect_timeout, ssl_context=self.ssl_context)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS settings of the bulk transport: httpx's, built from the same ``verify``."""
+        with self._ssl_lock:
+            if self._ssl is None:
+                v = self._verify
+                self._ssl = v if isinstance(v, ssl.SSLContext) else httpx.create_ssl_context(verify=v)
+            return self._ssl
 
     def close(self) -> None:
         self.http.close()
-        self.bare.close()
+        self.bulk.close()
 
     # --- retries -------------------------------------------------------------------------
 
@@ -351,7 +383,96 @@ class HttpSession:
         finally:
             response.close()
 
-    # --- downloads -----------------------------------------------------------------------
+    # --- object bodies ------------------------------------------------------------------
+
+    def _bulk_headers(self, url: str, extra: Mapping[str, str]) -> dict[str, str]:
+        """Headers of a bulk request: the token only for the registry's own origin."""
+        headers = {**self._agent, **extra}
+        if self._token_header is not None and _origin(url) == self._origin:
+            headers["Authorization"] = self._token_header
+        return headers
+
+    def upload(
+        self,
+        url: str,
+        source: Path | BinaryIO,
+        size: int,
+        digest: Digest,
+        *,
+        expect: Sequence[int],
+        headers: Mapping[str, str],
+        origin: int = 0,
+        progress_cb: ProgressCallback | None = None,
+    ) -> Reply:
+        """PUT exactly ``size`` bytes of ``source`` (a path, or a seekable file from ``origin``)
+        with retries; every attempt sends the whole body again (``progress_cb`` first gets
+        the negative count of the bytes sent before). A file that does not hold exactly
+        ``size`` bytes there raises ``StoreError`` before anything is sent."""
+        file_size(source, origin, size, digest)
+        with contextlib.ExitStack() as stack:
+            if isinstance(source, Path):
+                try:
+                    f: BinaryIO = stack.enter_context(source.open("rb"))
+                except OSError as e:
+                    raise StoreError(
+                        f"cannot read object {digest}: {e.strerror or e}", digest=str(digest)
+                    ) from e
+            else:
+                f = source
+            body = FileBody(f, origin, size)
+            sent = [0]
+
+            def counted(n: int) -> None:
+                sent[0] += n
+                if progress_cb is not None:
+                    progress_cb(n)
+
+            attempt = 0
+            while True:
+                try:
+                    return self._upload_attempt(url, body, headers, expect, counted)
+                except _Retry as r:
+                    if attempt >= self.retries:
+                        raise self.unavailable("PUT", url, r.reason, attempt + 1) from r
+                    if progress_cb is not None and sent[0]:
+                        progress_cb(-sent[0])
+                    sent[0] = 0
+                    self._sleep_before_retry(attempt, r.reason, r.retry_after)
+                    attempt += 1
+
+    def _upload_attempt(
+        self,
+        url: str,
+        body: FileBody,
+        headers: Mapping[str, str],
+        expect: Sequence[int],
+        progress_cb: ProgressCallback,
+    ) -> Reply:
+        try:
+            with self.bulk.request(
+                "PUT", url, self._bulk_headers(url, headers), body, progress_cb
+            ) as response:
+                status = response.status
+                log.debug("PUT %s -> %d", url, status)
+                if status in RETRY_STATUSES:
+                    raise _Retry(f"HTTP {status}", _retry_after(response.headers))
+                cap = MAX_JSON_BYTES if status in expect else MAX_ERROR_BYTES
+                try:
+                    answer = response.read_capped(cap)
+                except ValueError as e:
+                    raise RemoteError(
+                        f"the registry sent more than {cap} bytes for PUT {url}", limit=cap
+                    ) from e
+                if status not in expect:
+                    raise self.error(status, response.headers, answer, url)
+                return Reply(status, response.headers, answer, 1)
+        except ShortFileError as e:
+            raise StoreError(
+                f"an object file changed while it was uploaded to {url}: {e}",
+                hint="run 'kvreg fsck' on the local store",
+            ) from e
+        except TRANSPORT_ERRORS as e:
+            raise _Retry(_bulk_reason(e)) from e
 
     def download(
         self,
@@ -364,26 +485,33 @@ class HttpSession:
         progress_cb: ProgressCallback | None = None,
     ) -> Download:
         """Stream ``url`` into ``dest`` after its first ``start`` bytes (``RegistryClient.get_object_to``)."""
-        with dest.open("r+b" if dest.exists() else "w+b") as f:
-            sink = _Sink(f, start, progress_cb)
+        fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            sink = _Sink(fd, start, progress_cb)
             resumed_from = sink.offset
             if sink.offset != start:
                 log.debug("partial file %s holds %d bytes, not %d", dest, sink.offset, start)
-            attempt = 0
-            while True:
-                before = sink.offset
-                try:
-                    if self._download_attempt(url, digest, sink, max_size):
-                        break
-                except _Retry as r:
-                    if sink.offset > before:
-                        attempt = 0  # progress was made: the retry budget starts again
-                    if attempt >= self.retries:
-                        raise self.unavailable("GET", url, r.reason, attempt + 1) from r
-                    self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                    attempt += 1
-            f.truncate(sink.offset)
-            finish(f)
+            try:
+                attempt = 0
+                while True:
+                    before = sink.offset
+                    try:
+                        if self._download_attempt(url, digest, sink, max_size):
+                            break
+                    except _Retry as r:
+                        sink.writer.flush()  # what arrived stays in the file while we wait
+                        if sink.offset > before:
+                            attempt = 0  # progress was made: the retry budget starts again
+                        if attempt >= self.retries:
+                            raise self.unavailable("GET", url, r.reason, attempt + 1) from r
+                        self._sleep_before_retry(attempt, r.reason, r.retry_after)
+                        attempt += 1
+            except BaseException:
+                sink.abandon()
+                raise
+            sink.finish()
+        finally:
+            os.close(fd)
         return Download(sink.digest(), sink.offset, resumed_from)
 
     def _download_attempt(self, url: str, digest: Digest, sink: _Sink, max_size: int | None) -> bool:
@@ -392,57 +520,62 @@ class HttpSession:
         if sink.offset > 0:
             headers["Range"] = f"bytes={sink.offset}-"
         try:
-            response = self.http.send(self.http.build_request("GET", url, headers=headers), stream=True)
-        except httpx.TransportError as e:
-            raise _Retry(_transport_reason(e)) from e
-        try:
-            if response.status_code in _REDIRECTS:
+            with self.bulk.request("GET", url, self._bulk_headers(url, headers)) as response:
+                if response.status not in _REDIRECTS:
+                    return self._receive(url, digest, sink, max_size, response)
                 target = urljoin(url, response.headers.get("Location", ""))
                 if target == url or urlsplit(target).scheme not in ("http", "https"):
                     raise RemoteError(f"the registry redirected GET {url} to an unusable location")
-                response.close()
-                log.debug("object %s: redirected to storage", digest)
-                try:
-                    response = self.bare.send(
-                        self.bare.build_request("GET", target, headers=headers), stream=True
-                    )
-                except httpx.TransportError as e:
-                    raise _Retry(_transport_reason(e, " from the storage redirect")) from e
-            status = response.status_code
-            if status in RETRY_STATUSES:
-                raise _Retry(f"HTTP {status}", _retry_after(response.headers))
-            if status == 416 and sink.offset > 0:
-                # The partial file may be complete already (interrupted before its rename).
-                m = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", ""))
-                if m is not None and int(m.group(1)) == sink.offset:
-                    return True
-                log.debug("range from %d refused for %s: downloading it again", sink.offset, digest)
-                sink.restart()
-                return False
-            if status == 200 and sink.offset > 0:
-                log.debug("the server ignored the range for %s: downloading it again", digest)
-                sink.restart()
-            elif status == 206:
-                m = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
-                if m is None or int(m.group(1)) != sink.offset:
-                    raise RemoteError(
-                        f"the registry answered a range request for {digest} with the wrong range "
-                        f"({response.headers.get('Content-Range')!r}, asked from {sink.offset})"
-                    )
-            elif status != 200:
-                body = self.read_capped(response, MAX_ERROR_BYTES, f"the error of GET {url}")
-                raise self.error(status, response.headers, body, url)
-            try:
-                for block in response.iter_bytes():
-                    if max_size is not None and sink.offset + len(block) > max_size:
-                        raise DigestMismatchError(
-                            f"the registry sent more than {max_size} bytes for object {digest}",
-                            expected=str(digest),
-                            max_size=max_size,
-                        )
-                    sink.write(block)
-            except httpx.TransportError as e:
-                raise _Retry(_transport_reason(e, f" after {sink.offset} bytes")) from e
-            return True
-        finally:
-            response.close()
+                response.read_capped(MAX_ERROR_BYTES)  # so that the connection can be kept
+            log.debug("object %s: redirected to storage", digest)
+            for _ in range(_MAX_STORAGE_REDIRECTS):
+                with self.bulk.request("GET", target, self._bulk_headers(target, headers)) as response:
+                    if response.status not in _REDIRECTS:
+                        return self._receive(target, digest, sink, max_size, response)
+                    target = urljoin(target, response.headers.get("Location", ""))
+                    response.read_capped(MAX_ERROR_BYTES)
+            raise RemoteError(f"the storage of {url} redirected more than {_MAX_STORAGE_REDIRECTS} times")
+        except ValueError as e:  # an answer over its cap, or a Location that is not a URL
+            raise RemoteError(f"the registry's answer to GET {url} is unusable: {e}") from e
+        except TRANSPORT_ERRORS as e:
+            raise _Retry(_bulk_reason(e, f" after {sink.offset} bytes")) from e
+
+    def _receive(
+        self, url: str, digest: Digest, sink: _Sink, max_size: int | None, response: BulkResponse
+    ) -> bool:
+        status = response.status
+        if status in RETRY_STATUSES:
+            raise _Retry(f"HTTP {status}", _retry_after(response.headers))
+        if status == 416 and sink.offset > 0:
+            # The partial file may be complete already (interrupted before its rename).
+            m = _UNSATISFIED_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+            if m is not None and int(m.group(1)) == sink.offset:
+                return True
+            log.debug("range from %d refused for %s: downloading it again", sink.offset, digest)
+            sink.restart()
+            return False
+        if status == 200 and sink.offset > 0:
+            log.debug("the server ignored the range for %s: downloading it again", digest)
+            sink.restart()
+        elif status == 206:
+            m = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", ""))
+            if m is None or int(m.group(1)) != sink.offset:
+                raise RemoteError(
+                    f"the registry answered a range request for {digest} with the wrong range "
+                    f"({response.headers.get('Content-Range')!r}, asked from {sink.offset})"
+                )
+        elif status != 200:
+            raise self.error(status, response.headers, response.read_capped(MAX_ERROR_BYTES), url)
+        sink.receive(response, digest, max_size)
+        return True
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
+
+
+def _bulk_reason(e: BaseException, where: str = "") -> str:
+    text = f"{type(e).__name__}{where}"
+    return f"{text}: {e}" if str(e) else text

@@ -10,6 +10,8 @@ digest while the bytes travel.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from kvreg_registry.storage.base import PendingObject
 log = logging.getLogger(__name__)
 router = APIRouter()
 
+#: Bytes of request body gathered before they are handed to a worker thread.
 WRITE_PIECE = 4 << 20
 
 
@@ -133,6 +136,47 @@ def _finish_upload(
     return stored, seq, pending.size
 
 
+def _write_pieces(pending: PendingObject, pieces: list[bytes]) -> None:
+    """Hash and store pieces of the body (on a worker thread: hashlib and the writes
+    release the GIL)."""
+    for piece in pieces:
+        pending.write(piece)
+
+
+async def _receive_body(request: Request, pending: PendingObject, limit: int) -> None:
+    """Stream the request body into ``pending``, at most ``limit`` bytes (``BodyTooLargeError``).
+
+    Pieces are handed to a worker thread a few MiB at a time, and the next ones are
+    received while it hashes and writes them, so the event loop keeps draining the
+    socket. At most one hand-over is in flight, so the writes stay in order.
+    """
+    pieces: list[bytes] = []
+    held = received = 0
+    in_flight: asyncio.Future[None] | None = None
+    try:
+        async for piece in request.stream():
+            received += len(piece)
+            if received > limit:
+                raise BodyTooLargeError(f"the object is more than the limit of {limit} bytes", limit=limit)
+            if piece:
+                pieces.append(piece)
+                held += len(piece)
+            if held >= WRITE_PIECE:
+                if in_flight is not None:
+                    await in_flight
+                in_flight = asyncio.ensure_future(run_in_threadpool(_write_pieces, pending, pieces))
+                pieces, held = [], 0
+        if in_flight is not None:
+            await in_flight
+            in_flight = None
+        if pieces:
+            await run_in_threadpool(_write_pieces, pending, pieces)
+    finally:
+        if in_flight is not None:  # an error or a disconnect: let the thread finish before the abort
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(in_flight)
+
+
 def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
     if implicit is None:
         return
@@ -173,18 +217,7 @@ async def put_object(
     limit = st.settings.max_object_bytes
     try:
         with st.storage.begin_upload() as pending:
-            buffer = bytearray()
-            async for piece in request.stream():
-                if pending.size + len(buffer) + len(piece) > limit:
-                    raise BodyTooLargeError(
-                        f"the object is more than the limit of {limit} bytes", limit=limit
-                    )
-                buffer += piece
-                if len(buffer) >= WRITE_PIECE:
-                    full, buffer = buffer, bytearray()  # hand the piece over without copying it
-                    await run_in_threadpool(pending.write, full)
-            if buffer:
-                await run_in_threadpool(pending.write, buffer)
+            await _receive_body(request, pending, limit)
             stored, seq, size = await run_in_threadpool(
                 _finish_upload, st, access.who, ns, d, pending, implicit
             )

@@ -31,7 +31,8 @@ from typing import BinaryIO, ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import StoreError, UnavailableError
-from kvreg.fileio.atomicfile import TEMP_SUFFIX, finish, fsync_dir, install, remove_quietly
+from kvreg.fileio.atomicfile import TEMP_SUFFIX, fsync_dir, install, remove_quietly
+from kvreg.fileio.directio import AlignedWriter, BufferPool
 from kvreg_registry.storage.base import (
     READ_PIECE,
     ObjectStorage,
@@ -49,7 +50,8 @@ _UPLOAD_PREFIX = "upload."
 
 
 class FolderPending(PendingObject):
-    """An upload into a temp file under ``<root>/tmp``."""
+    """An upload into a temp file under ``<root>/tmp``, written through an aligned buffer
+    (``kvreg.fileio.directio``: whole buffers bypass the page cache where the filesystem allows)."""
 
     def __init__(self, storage: FolderStorage) -> None:
         super().__init__()
@@ -57,21 +59,27 @@ class FolderPending(PendingObject):
         storage.ensure_dirs()
         fd, name = tempfile.mkstemp(dir=storage.tmp_dir, prefix=_UPLOAD_PREFIX, suffix=TEMP_SUFFIX)
         self._path = Path(name)
-        self._file: BinaryIO | None = os.fdopen(fd, "wb")
+        self._fd: int | None = fd
+        try:
+            self._writer: AlignedWriter | None = AlignedWriter(fd, pool=storage.buffers)
+        except BaseException:
+            self._close_and_remove()
+            raise
 
     def _write(self, data: bytes | bytearray) -> None:
-        if self._file is None:  # pragma: no cover - the base class checks the state first
+        if self._writer is None:  # pragma: no cover - the base class checks the state first
             raise ValueError("upload is closed")
-        self._file.write(data)
+        self._writer.write(data)
 
     def _publish(self, digest: Digest) -> bool:
-        f = self._file
-        if f is None:  # pragma: no cover
+        if self._writer is None or self._fd is None:  # pragma: no cover
             raise ValueError("upload is closed")
         try:
-            finish(f)
-            f.close()
-            self._file = None
+            self._writer.close()
+            self._writer = None
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
             return self._storage.install(self._path, digest, self.size)
         finally:
             self._close_and_remove()
@@ -80,10 +88,13 @@ class FolderPending(PendingObject):
         self._close_and_remove()
 
     def _close_and_remove(self) -> None:
-        if self._file is not None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+        if self._fd is not None:
             with contextlib.suppress(OSError):
-                self._file.close()
-            self._file = None
+                os.close(self._fd)
+            self._fd = None
         remove_quietly(self._path)
 
 
@@ -100,6 +111,7 @@ class FolderStorage(ObjectStorage):
         self.root = Path(root)
         self.objects_dir = self.root / "objects"
         self.tmp_dir = self.root / "tmp"
+        self.buffers = BufferPool()
 
     def __repr__(self) -> str:
         return f"FolderStorage({str(self.root)!r})"

@@ -8,7 +8,7 @@ download with the one asked for, nor touch the local store (``kvreg.remote.pulli
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -16,7 +16,7 @@ from typing import BinaryIO
 from kvreg.core.digest import Digest
 from kvreg.core.errors import NotFoundError, RemoteError, StoreError
 from kvreg.remote.api.core import ApiCore, jsonable_digests
-from kvreg.remote.session import Download, ProgressCallback, file_body
+from kvreg.remote.session import Download, ProgressCallback
 
 __all__ = ["DEFAULT_MAX_MISSING_DIGESTS", "UPLOAD_HEADER", "ObjectsApi", "StoredObject"]
 
@@ -80,38 +80,32 @@ class ObjectsApi(ApiCore):
         upload_id: str | None = None,
         progress_cb: ProgressCallback | None = None,
     ) -> StoredObject:
-        """Upload an object, streamed from a file path or a seekable binary file.
+        """Upload an object, streamed from a file path or a seekable binary file (from its
+        current position, which must be followed by exactly ``size`` bytes).
 
-        ``size`` bytes are sent with ``Content-Length``; the registry hashes them
-        and refuses (``DigestMismatchError``, exit 3) bytes that are not ``digest``.
-        A retry sends the whole object again (``progress_cb`` is then called with
-        the negative count of bytes to send again).
+        ``size`` bytes are sent with ``Content-Length`` (a file goes to the socket with
+        ``sendfile``: ``kvreg.remote.bulk``); the registry hashes them and refuses
+        (``DigestMismatchError``, exit 3) bytes that are not ``digest``. A retry sends
+        the whole object again (``progress_cb`` is then called with the negative count
+        of bytes to send again).
         """
         digest = Digest(digest)
         if size < 0:
             raise StoreError(f"object {digest}: negative size {size}")
         body_source: Path | BinaryIO = Path(source) if isinstance(source, str | os.PathLike) else source
         origin = 0 if isinstance(body_source, Path) else body_source.tell()
-        sent = [0]
-
-        def body() -> Iterator[bytes]:
-            return file_body(body_source, size, digest, sent, progress_cb, origin)
-
-        def rewind() -> None:
-            if progress_cb is not None and sent[0]:
-                progress_cb(-sent[0])
-            sent[0] = 0
-
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        headers = {"Content-Type": "application/octet-stream"}
         if upload_id is not None:
             headers[UPLOAD_HEADER] = upload_id
-        reply = self._call(
-            "PUT",
+        reply = self._session.upload(
             self._ns_url(namespace, "objects", digest),
+            body_source,
+            size,
+            digest,
             expect=(200, 201),
-            content=body,
             headers=headers,
-            on_retry=rewind,
+            origin=origin,
+            progress_cb=progress_cb,
         )
         doc = self._json(reply, f"PUT object {digest}") if reply.body.strip() else {}
         got = doc.get("digest", str(digest))
