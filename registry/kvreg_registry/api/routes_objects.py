@@ -15,6 +15,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
@@ -30,6 +31,7 @@ from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
 from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
+from kvreg_registry.server_io import ZEROCOPY_SEND
 from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.state import RegistryState
@@ -304,10 +306,36 @@ def _object_response(request: Request, access: NamespaceAccess, digest: str, *, 
     headers["Content-Length"] = str(end - start)
     if head:
         return Response(status_code=status, headers=headers, media_type="application/octet-stream")
+    if ZEROCOPY_SEND in request.scope.get("extensions", {}):
+        local = st.storage.open_local(d)
+        if local is not None:
+            return FileSpanResponse(local, start, end - start, status_code=status, headers=headers)
     pieces: Iterator[bytes] = st.storage.read_range(d, start, end)
     return StreamingResponse(
         pieces, status_code=status, headers=headers, media_type="application/octet-stream"
     )
+
+
+class FileSpanResponse(Response):
+    """``count`` bytes of an open file from ``offset``, sent by the server without Python reading
+    them (the ASGI zero-copy send extension, ``kvreg_registry.server_io``). Closes the file."""
+
+    media_type = "application/octet-stream"
+
+    def __init__(
+        self, file: BinaryIO, offset: int, count: int, *, status_code: int, headers: dict[str, str]
+    ) -> None:
+        super().__init__(status_code=status_code, headers=headers)
+        self.file, self.offset, self.count = file, offset, count
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+            await send({"type": ZEROCOPY_SEND, "file": self.file, "offset": self.offset, "count": self.count})
+        finally:
+            self.file.close()
 
 
 @router.get(

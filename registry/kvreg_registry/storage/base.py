@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
@@ -221,6 +221,15 @@ class ObjectStorage(ABC):
         (not on the first ``next``), so callers can answer 404 before streaming.
         The bytes are not re-hashed: readers verify them against the digest.
         """
+
+    def open_local(self, digest: Digest) -> BinaryIO | None:
+        """The object's bytes as an open local file, for servers that send files without reading
+        them (``kvreg_registry.server_io``); ``None`` where objects are not local files.
+
+        Raises ``ObjectNotFoundError`` when the object is not stored. The caller closes it.
+        """
+        Digest(digest)
+        return None
 
     @abstractmethod
     def delete(self, digest: Digest) -> bool:
