@@ -75,7 +75,14 @@ class _BodyPieces:
 def _cycle_class(base: Any) -> Any:
     """A subclass of uvicorn's ``RequestResponseCycle`` with the two changes above."""
 
-    class Cycle(base):  # type: ignore[misc,valid-type]
+    class Cycle(base):  # type: ignore[misc]
+        # uvicorn's state, read here (set by the base class)
+        disconnected: bool
+        response_started: bool
+        response_complete: bool
+        chunked_encoding: bool | None
+        expected_content_length: int
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.scope.setdefault("extensions", {})[ZEROCOPY_SEND] = {}
@@ -146,23 +153,23 @@ def install(high_water: int = BODY_HIGH_WATER) -> None:
     from uvicorn.protocols.http import flow_control, h11_impl
 
     modules: list[Any] = [flow_control, h11_impl]
+    httptools_protocol: Any = None
     try:
-        from uvicorn.protocols.http import httptools_impl
+        from uvicorn.protocols.http import httptools_impl as httptools_protocol
     except ImportError:  # httptools is a dependency; without it uvicorn falls back to h11
-        httptools_impl = None
         log.warning("httptools is not installed: the registry parses HTTP with h11 (slower uploads)")
     else:
-        modules.append(httptools_impl)
+        modules.append(httptools_protocol)
     for module in modules:
         if not hasattr(module, "HIGH_WATER_LIMIT"):
             log.warning("uvicorn's %s has no HIGH_WATER_LIMIT; uploads keep its default flow control", module)
             continue
         module.HIGH_WATER_LIMIT = high_water
-    if _installed or httptools_impl is None:
+    if _installed or httptools_protocol is None:
         return
-    base = getattr(httptools_impl, "RequestResponseCycle", None)
+    base = getattr(httptools_protocol, "RequestResponseCycle", None)
     if base is None or not all(hasattr(base, name) for name in ("send", "receive", "run_asgi")):
         log.warning("uvicorn's httptools protocol changed: object bytes go through it unchanged")
         return
-    httptools_impl.RequestResponseCycle = _cycle_class(base)
+    setattr(httptools_protocol, "RequestResponseCycle", _cycle_class(base))  # noqa: B010 (a module global)
     _installed = True

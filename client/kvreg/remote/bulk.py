@@ -33,7 +33,7 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -212,10 +212,9 @@ class BulkHttp:
         body: FileBody | None,
         progress_cb: Callable[[int], None] | None,
     ) -> http.client.HTTPResponse:
-        if conn.sock is None:
+        if getattr(conn, "sock", None) is None:
             conn.connect()
-            assert conn.sock is not None
-            conn.sock.settimeout(self._timeout)
+            cast(socket.socket, conn.sock).settimeout(self._timeout)
         conn.putrequest(method, target, skip_accept_encoding=True)
         for name, value in headers.items():
             conn.putheader(name, value)

@@ -104,11 +104,18 @@ def missing(ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(na
 def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | None) -> str | None:
     """Check the write role; cover the digest by an upload session. Returns an implicit session to close."""
     st = access.st
-    with access.write("write") as (s, namespace):
-        if upload_id is not None:
+    if upload_id is not None:
+        # The usual case, a session that lists the digest already (push lists every object
+        # when it opens one), needs no write: a read transaction checks it.
+        with access.read("write") as (s, namespace):
+            object_service.get_open_session(s, namespace, upload_id)
+            if object_service.session_lists(s, upload_id, digest):
+                return None
+        with access.write("write") as (s, namespace):
             object_service.get_open_session(s, namespace, upload_id)
             object_service.add_to_session(s, upload_id, [digest])
             return None
+    with access.write("write") as (s, namespace):
         row = object_service.open_session(
             s, namespace, access.who.user_id, [digest], st.settings.upload_ttl_seconds
         )

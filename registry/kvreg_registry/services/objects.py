@@ -118,6 +118,11 @@ def add_to_session(session: Session, upload_id: str, digests: Sequence[str]) -> 
         insert_ignore(session, UploadDigest.__table__, [{"upload_id": upload_id, "digest": d} for d in batch])
 
 
+def session_lists(session: Session, upload_id: str, digest: str) -> bool:
+    """Whether the upload session lists ``digest`` (then GC keeps it while the session is open)."""
+    return session.get(UploadDigest, (upload_id, digest)) is not None
+
+
 def get_open_session(session: Session, ns: Namespace, upload_id: str) -> UploadSession:
     try:
         uuid.UUID(upload_id)
