@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -161,8 +162,12 @@ class FileServer:
 
 
 @contextmanager
-def serve() -> Iterator[FileServer]:
+def serve(tls: ssl.SSLContext | None = None) -> Iterator[FileServer]:
+    """A running ``FileServer``; with ``tls`` (a server context) it speaks HTTPS."""
     server = FileServer()
+    if tls is not None:
+        server.httpd.socket = tls.wrap_socket(server.httpd.socket, server_side=True)
+        server.url = server.url.replace("http://", "https://", 1)
     server.thread.start()
     try:
         yield server

@@ -466,6 +466,8 @@ class HttpSession:
                 if status not in expect:
                     raise self.error(status, response.headers, answer, url)
                 return Reply(status, response.headers, answer, 1)
+        except ssl.SSLCertVerificationError as e:
+            raise _untrusted(url, e) from e
         except ShortFileError as e:
             raise StoreError(
                 f"an object file changed while it was uploaded to {url}: {e}",
@@ -535,6 +537,8 @@ class HttpSession:
                     target = urljoin(target, response.headers.get("Location", ""))
                     response.read_capped(MAX_ERROR_BYTES)
             raise RemoteError(f"the storage of {url} redirected more than {_MAX_STORAGE_REDIRECTS} times")
+        except ssl.SSLCertVerificationError as e:
+            raise _untrusted(url, e) from e
         except ValueError as e:  # an answer over its cap, or a Location that is not a URL
             raise RemoteError(f"the registry's answer to GET {url} is unusable: {e}") from e
         except TRANSPORT_ERRORS as e:
@@ -574,6 +578,15 @@ def _origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
+
+
+def _untrusted(url: str, e: ssl.SSLCertVerificationError) -> RemoteError:
+    """A certificate that does not verify: a setting to fix, not a failure to retry."""
+    return RemoteError(
+        f"the TLS certificate of {urlsplit(url).hostname} is not trusted ({e.verify_message or e})",
+        hint="if the registry uses a private certificate authority, point SSL_CERT_FILE at its certificate",
+        url=url,
+    )
 
 
 def _bulk_reason(e: BaseException, where: str = "") -> str:
