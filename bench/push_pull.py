@@ -82,6 +82,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -329,18 +330,35 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def run_child(command: list[str]) -> dict[str, float]:
-    """Run a command to its end: its wall time, CPU seconds and peak RSS (``wait4``)."""
+    """Run a command to its end: its wall time, CPU seconds (``wait4``) and peak RSS.
+
+    The peak RSS is read from ``/proc/PID/status`` while it runs (``wait4``'s
+    ``ru_maxrss`` would count the pages of this big process that the child shared
+    between its fork and its exec).
+    """
     t = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    peak = [float("nan")]
+
+    def watch() -> None:
+        while proc.returncode is None:
+            value = peak_rss_mib(proc.pid)
+            if value == value:  # not NaN: the process is still there
+                peak[0] = value if peak[0] != peak[0] else max(peak[0], value)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
+    watcher.join()
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, command)
     return {
         "seconds": seconds,
         "client_cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "client_peak_rss_mib": usage.ru_maxrss / 1024,
+        "client_peak_rss_mib": peak[0],
     }
 
 

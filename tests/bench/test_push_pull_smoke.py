@@ -63,7 +63,14 @@ def test_quick_run_pushes_pulls_and_dedupes_exactly(tmp_path: Path) -> None:
     for name in ("push", "pull"):
         assert t[name]["seconds"] > 0
         assert t[name]["mib_per_s"] > 0
-    assert set(t["ratios"]) == set(report["goals"]) == set(t["goals_met"])
+    assert set(t["measured"]) == set(report["goals"]) == set(t["goals_met"])
+    assert set(t["ratios"]) == {"push_over_raw", "pull_over_raw"}
+    for name in ("push", "pull"):  # CPU per GiB and peak memory of both sides, for every row
+        for side in ("server", "client"):
+            assert t[name][f"{side}_cpu_s_per_gib"] > 0
+            assert t[name][f"{side}_peak_rss_mib_median"] > 0
+    assert t["measured"]["push_server_cpu_s_per_gib"] == t["push"]["server_cpu_s_per_gib"]
+    assert t["measured"]["pull_client_cpu_s_per_gib"] == t["pull"]["client_cpu_s_per_gib"]
     if shutil.which("curl") is not None:
         assert report["checks"]["raw_copy_identical"] is True
         assert all(value > 0 for value in t["ratios"].values())

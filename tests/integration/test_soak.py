@@ -99,14 +99,14 @@ def test_short_soak_loses_nothing_and_keeps_the_log_whole(backend: str, tmp_path
 
 
 def test_gc_with_grace_zero_leaves_an_upload_in_flight_alone(_registries: dict[str, Registry]) -> None:
-    """An object upload is paused after its first piece reached the server's temp file; a GC with
+    """An object upload is paused after its first piece reached the server; a GC with
     grace 0 runs; the upload then finishes: stored (201), and its bytes read back. Before the fix,
     the GC swept the temp file and the upload failed with a 500. (SQLite + folder: there the temp
     file can be watched; the S3 backend's sweep takes the same floor.)"""
     registry = _registries["sqlite-folder"]
     ns = registry.namespace()
     token = registry.user({ns: "write"})
-    piece = 4 << 20  # the server writes to its temp file in pieces of 4 MiB
+    piece = 4 << 20  # the first piece: the upload is under way, its temp file open
     data = os.urandom(piece + 4096)
     digest = Digest.of_bytes(data)
     tmp = registry.root / "data" / "objects" / "tmp"
@@ -136,11 +136,11 @@ def test_gc_with_grace_zero_leaves_an_upload_in_flight_alone(_registries: dict[s
         deadline = time.monotonic() + 60
         written: list[Path] = []
         while time.monotonic() < deadline and not written:
-            written = [
-                f for f in set(tmp.glob("*.incomplete")) - before if f.exists() and f.stat().st_size >= piece
-            ]
+            # The server writes whole buffers (kvreg.fileio.directio), so the file may still be
+            # empty: what matters is that an upload is in flight in it.
+            written = [f for f in set(tmp.glob("*.incomplete")) - before if f.exists()]
             time.sleep(0.05)
-        assert written, "the server never wrote the first piece to a temp file"
+        assert written, "the server never opened a temp file for the upload"
         time.sleep(1.1)  # the temp file is now older than a 0 s grace, at any mtime resolution
         with registry.admin() as c:
             gc = c.post("/gc", json={"grace_seconds": 0})
