@@ -312,6 +312,18 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``kvreg serve --workers N`` runs N worker processes)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in task.read_text().split()]
+    return out
+
+
 def reset_peak_rss(pid: int) -> None:
     """Start a new peak-RSS measurement for ``pid`` (Linux: ``clear_refs`` 5 resets VmHWM)."""
     with contextlib.suppress(OSError):
@@ -376,6 +388,7 @@ class Registry:
     s3: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
+    workers: int = 1
 
     @property
     def data(self) -> Path:
@@ -405,6 +418,7 @@ class Registry:
                 [
                     *(sys.executable, "-m", "kvreg", "serve", "--data", str(self.data)),
                     *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
+                    *("--workers", str(self.workers)),
                 ],
                 env=self.env,
                 stdout=out,
@@ -436,14 +450,21 @@ class Registry:
         return RegistryClient(self.url, self.writer_token)
 
     def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.proc.pid) if self.proc is not None else float("nan")
+        """CPU seconds of the server's processes so far (its workers included)."""
+        if self.proc is None:
+            return float("nan")
+        return sum(process_cpu_seconds(p) for p in process_tree(self.proc.pid))
 
     def reset_peak_rss(self) -> None:
         if self.proc is not None:
-            reset_peak_rss(self.proc.pid)
+            for p in process_tree(self.proc.pid):
+                reset_peak_rss(p)
 
     def peak_rss_mib(self) -> float:
-        return peak_rss_mib(self.proc.pid) if self.proc is not None else float("nan")
+        """The sum of the peak RSS of the server's processes since :meth:`reset_peak_rss`."""
+        if self.proc is None:
+            return float("nan")
+        return sum(peak_rss_mib(p) for p in process_tree(self.proc.pid))
 
     def stored_files(self) -> tuple[dict[str, int], dict[str, int]]:
         """Everything in the object storage, looked at directly: ``({digest: size}, {other: size})``.
@@ -484,12 +505,12 @@ def ok(response: Any, status: int) -> Any:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path, backend: str) -> Iterator[Registry]:
+def running_registry(root: Path, backend: str, workers: int = 1) -> Iterator[Registry]:
     root.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVREG_")}
     env["KVREG_DATA"] = str(root / "data")
     with contextlib.ExitStack() as stack:
-        registry = Registry(root, backend, env, storage_url=str(root / "data" / "objects"))
+        registry = Registry(root, backend, env, storage_url=str(root / "data" / "objects"), workers=workers)
         if backend == "postgres-s3":
             sys.path.insert(0, str(ROOT / "tests"))
             from services import fresh_bucket, fresh_pg_database, s3_settings
@@ -693,7 +714,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
     pushes: list[dict[str, Any]] = []
     pulls: list[dict[str, Any]] = []
     try:
-        with running_registry(work / "registry", args.backend) as registry:
+        with running_registry(work / "registry", args.backend, args.server_workers) as registry:
             for i in range(args.repeat):
                 log(f"[transfer] round {i + 1}/{args.repeat}: raw, push, pull ...")
                 if raw_server is not None:
@@ -1030,7 +1051,8 @@ def render(report: dict[str, Any]) -> str:
                 "client/ or registry/ MODIFIED in the working tree",
             ),
         ),
-        f"registry: kvreg serve ({report['backend']}) on 127.0.0.1; client: kvreg.remote push/pull, "
+        f"registry: kvreg serve ({report['backend']}, {report['server_workers']} worker"
+        f"{'s' if report['server_workers'] != 1 else ''}) on 127.0.0.1; client: kvreg.remote push/pull, "
         f"{report['jobs']} jobs; medians of {report['repeat']} rounds (raw, push, pull); "
         "reads from the page cache",
         "",
@@ -1126,6 +1148,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--jobs", type=int, default=4, help="objects in flight in push and pull (the CLI's default 4)"
     )
     p.add_argument("--backend", choices=("sqlite-folder", "postgres-s3"), default="sqlite-folder")
+    p.add_argument(
+        "--server-workers", type=int, default=1, help="kvreg serve --workers for the transfers (default 1)"
+    )
     p.add_argument("--quick", action="store_true", help="64 MiB, 10 artifacts, one round: a smoke test")
     p.add_argument(
         "--transfers-only", action="store_true", help="skip the dedupe part (e.g. for --size-mib 4096)"
@@ -1161,6 +1186,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "backend": args.backend,
         "jobs": args.jobs,
+        "server_workers": args.server_workers,
         "repeat": args.repeat,
         "block_size": args.block_size,
         "machine": machine(),
