@@ -598,6 +598,7 @@ def curl_registry(
     option = "upload-file" if upload else "output"
     config.write_text("".join(f'url = "{url}"\n{option} = "{path}"\n' for url, path in transfers))
     command = [curl, "-s", "-S", "-f", "--parallel", "--parallel-max", str(jobs), "-H", f"@{header}"]
+    command += ["--retry", "5", "--retry-delay", "1"]  # 503 from an overloaded S3 store: as kvreg retries
     command += ["-K", str(config)]
     if upload:
         command += ["-H", "Content-Type: application/octet-stream"]
