@@ -71,22 +71,27 @@ def append(
         "details": dict(details or {}),
     }
     entry = canonical_json(body)
-    session.add(
-        AuditEntry(
-            seq=size,
-            created_at=now,
-            type=type,
-            actor=actor,
-            namespace=namespace,
-            entry=entry,
-            leaf_hash=leaf_hash(entry),
-        )
-    )
-    session.flush()
-    crash_point("registry.log.after_entry")
-    for digest in subject_digests(body["subjects"], old, new):
-        session.add(AuditSubject(digest=digest, seq=size))
     leaf = leaf_hash(entry)
+    # Core inserts, not ORM objects: one entry per object a push stores, and the ORM's
+    # unit of work cost more than the rest of the append (about 1 ms per entry).
+    session.execute(
+        AuditEntry.__table__.insert(),
+        [
+            {
+                "seq": size,
+                "created_at": now,
+                "type": type,
+                "actor": actor,
+                "namespace": namespace,
+                "entry": entry,
+                "leaf_hash": leaf,
+            }
+        ],
+    )
+    crash_point("registry.log.after_entry")
+    subject_rows = [{"digest": d, "seq": size} for d in subject_digests(body["subjects"], old, new)]
+    if subject_rows:
+        session.execute(AuditSubject.__table__.insert(), subject_rows)
     siblings = read_nodes(session, logtree.siblings_for_append(size))
     new_nodes = logtree.nodes_after_append(size, leaf, lambda level, idx: siblings[(level, idx)])
     session.execute(
