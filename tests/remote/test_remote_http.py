@@ -296,6 +296,19 @@ def test_download_whole(tmp_path):
     assert dest.read_bytes() == DATA
 
 
+def test_download_of_an_empty_object_keeps_the_connection(tmp_path):
+    empty = Digest.of_bytes(b"")
+    path = f"{NS}/objects/{empty}"
+    with serve() as srv:
+        srv.route(path, b"", ranges=True)
+        srv.route(OBJ, DATA, ranges=True)
+        with client(srv.url) as c:
+            got = c.get_object_to("ns", empty, tmp_path / "empty")
+            again = c.get_object_to("ns", D, tmp_path / "after")
+    assert got.digest == empty and got.size == 0 and (tmp_path / "empty").read_bytes() == b""
+    assert again.digest == D
+
+
 def test_download_resumes_from_a_partial_file(tmp_path):
     dest = tmp_path / "x.incomplete"
     dest.write_bytes(DATA[:1000])

@@ -107,6 +107,9 @@ class BulkResponse:
         if r.length is None or r.chunked:  # no stated length: http.client frames the body
             return r.readinto(view)
         assert r.fp is not None
+        if r.length == 0:  # an empty body (or its end): let http.client close the answer
+            r.read()
+            return 0
         view = view[: r.length]
         # The first read takes what http.client buffered with the headers; later ones wait on the socket.
         if on_idle is not None and self._reads and not self._ready(idle_after):
@@ -176,20 +179,28 @@ class BulkHttp:
 
         A kept connection the server has closed meanwhile is detected on the first
         write or on the status line, and the request is sent once more on a new
-        one (nothing of it can have been processed: no answer was read).
+        one (nothing of it can have been processed: no answer was read), unless
+        part of its body went out already: that failure is the caller's to retry.
         """
         origin, target = _split(url)
         conn, reused = self._checkout(origin)
+        sent = [0]
+
+        def counted(n: int) -> None:
+            sent[0] += n
+            if progress_cb is not None:
+                progress_cb(n)
+
         try:
             try:
-                response = self._exchange(conn, method, target, origin, headers, body, progress_cb)
+                response = self._exchange(conn, method, target, origin, headers, body, counted)
             except TRANSPORT_ERRORS:
                 conn.close()
-                if not reused:
+                if not reused or sent[0]:  # a body under way is the caller's to send again
                     raise
                 log.debug("kept connection to %s:%d was closed; sending again on a new one", *origin[1:])
                 conn = self._connect(origin)
-                response = self._exchange(conn, method, target, origin, headers, body, progress_cb)
+                response = self._exchange(conn, method, target, origin, headers, body, counted)
             answer = BulkResponse(response.status, httpx.Headers(response.getheaders()), response, conn.sock)
             yield answer
         except BaseException:
