@@ -281,14 +281,15 @@ EOF
         )
         log "starting SeaweedFS (S3 on 127.0.0.1:$S3_PORT; log $WEED_LOG)"
         # One volume per new collection (each bucket is one) instead of 7, so that
-        # buckets made by test sessions do not exhaust -volume.max.
+        # buckets made by test sessions do not exhaust -volume.max; volumes of 1 GiB,
+        # so that bench/push_pull.py's gigabytes (6 GiB in one bucket) fit in 100 of them.
         (
             cd "$WEED_DIR"
             WEED_MASTER_VOLUME_GROWTH_COPY_1=1 nohup "$WEED" server \
                 -dir="$WEED_DIR/data" \
                 -ip=127.0.0.1 -ip.bind=127.0.0.1 \
                 -master.port="$WEED_MASTER_PORT" -master.port.grpc=$((WEED_MASTER_PORT + 10)) \
-                -master.volumeSizeLimitMB=64 -master.defaultReplication=000 \
+                -master.volumeSizeLimitMB=1024 -master.defaultReplication=000 \
                 -volume.port="$WEED_VOLUME_PORT" -volume.port.grpc=$((WEED_VOLUME_PORT + 10)) \
                 -volume.max=100 -volume.preStopSeconds=0 -volume.minFreeSpace=1GiB \
                 -filer -filer.port="$WEED_FILER_PORT" -filer.port.grpc=$((WEED_FILER_PORT + 10)) \
