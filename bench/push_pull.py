@@ -10,7 +10,8 @@ One run, side by side (so that the ratios mean something on a small, shared host
    signed with a fresh Ed25519 key and stored in a fresh local store.
 2. **A real registry**: ``python -m kvreg serve`` on 127.0.0.1 and a free port, data
    in a fresh folder (embedded defaults: SQLite + folder; ``--backend postgres-s3``
-   uses the test services of ``scripts/services.sh``). The first admin and its
+   uses the test services of ``scripts/services.sh``, object GETs redirected to
+   presigned URLs). The first admin and its
    token come from ``python -m kvreg_registry.admin --data DIR --json``; the
    namespaces, a user with the ``write`` role and the depositor's key are made
    through the HTTP API.
@@ -525,6 +526,7 @@ def running_registry(root: Path, backend: str, workers: int = 1) -> Iterator[Reg
                 KVREG_S3_ACCESS_KEY=registry.s3["access_key"],
                 KVREG_S3_SECRET_KEY=registry.s3["secret_key"],
                 KVREG_S3_REGION=registry.s3["region"],
+                KVREG_S3_REDIRECT="1",  # object GETs answer 307 to a presigned SeaweedFS URL
             )
         try:
             registry.start()
