@@ -604,6 +604,8 @@ def curl_registry(
     command += ["-K", str(config)]
     if upload:
         command += ["-H", "Content-Type: application/octet-stream"]
+    else:
+        command += ["-L"]  # follow a redirect to presigned storage (curl keeps the token to itself)
     settle()
     registry.reset_peak_rss()
     server_cpu = registry.cpu_seconds()
