@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvreg.fileio.directio import o_direct_supported
 from kvreg.fileio.keyfiles import save_trust_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1002,18 +1003,6 @@ def machine() -> dict[str, Any]:
         "o_direct": o_direct_supported(ROOT / "bench"),
         "curl": curl_version,
     }
-
-
-def o_direct_supported(folder: Path) -> bool:
-    """Whether the filesystem of ``folder`` takes O_DIRECT (then kvreg's large writes bypass the
-    page cache: ``kvreg.fileio.directio``)."""
-    with tempfile.NamedTemporaryFile(dir=folder) as f:
-        try:
-            fd = os.open(f.name, os.O_WRONLY | getattr(os, "O_DIRECT", 0))
-        except OSError:
-            return False
-        os.close(fd)
-        return True
 
 
 def source_state() -> dict[str, Any]:

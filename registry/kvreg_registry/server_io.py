@@ -109,11 +109,10 @@ def _cycle_class(base: Any) -> Any:
             file = message["file"]
             offset = message.get("offset")
             count = message.get("count")
-            if self.scope["method"] == "HEAD" or self.chunked_encoding:
-                if not self.chunked_encoding:
-                    await super().send({"type": "http.response.body", "body": b"", "more_body": more_body})
-                    return
-                # Chunked framing around sendfile is not worth it: read and send instead.
+            if self.scope["method"] == "HEAD":  # no body to send
+                await super().send({"type": "http.response.body", "body": b"", "more_body": more_body})
+                return
+            if self.chunked_encoding:  # chunked framing around sendfile is not worth it: read and send
                 data = await asyncio.to_thread(_read_span, file, offset, count)
                 await super().send({"type": "http.response.body", "body": data, "more_body": more_body})
                 return

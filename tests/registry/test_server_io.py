@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from integration.registry_server import free_port
 from kvreg_registry import server_io
 from kvreg_registry.server_io import BODY_HIGH_WATER, ZEROCOPY_SEND
 
@@ -66,9 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server_io.install()
     path = tmp_path_factory.mktemp("files") / "data.bin"
     path.write_bytes(DATA)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(
         make_app(path), host="127.0.0.1", port=port, http="httptools", loop="asyncio", log_level="warning"
     )

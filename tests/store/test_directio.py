@@ -12,20 +12,9 @@ from pathlib import Path
 import pytest
 
 from kvreg.fileio import directio
-from kvreg.fileio.directio import ALIGN, AlignedWriter, BufferPool
+from kvreg.fileio.directio import ALIGN, AlignedWriter, BufferPool, o_direct_supported
 
 SMALL = 4 * ALIGN  # small buffers, so that a few KiB of data crosses many flushes
-
-
-def supports_o_direct(folder: Path) -> bool:
-    probe = folder / "probe"
-    probe.write_bytes(b"")
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_DIRECT)
-    except OSError:
-        return False
-    os.close(fd)
-    return True
 
 
 def write_pieces(path: Path, data: bytes, pieces: list[int], *, start: int = 0, pool: BufferPool) -> None:
@@ -118,7 +107,7 @@ def test_whole_buffers_bypass_the_page_cache_where_the_filesystem_allows(tmp_pat
     finally:
         os.close(fd)
     assert path.read_bytes() == data
-    if supports_o_direct(tmp_path):
+    if o_direct_supported(tmp_path):
         assert seen[:2] == [True, True] and seen[-1] is False  # two whole buffers, then the tail
     else:
         assert not any(seen)
@@ -143,7 +132,7 @@ def test_a_filesystem_that_refuses_o_direct_at_write_gets_plain_writes(
     path = tmp_path / "out"
     write_pieces(path, data, [SMALL, 100, SMALL], pool=BufferPool(SMALL))
     assert path.read_bytes() == data
-    if supports_o_direct(tmp_path):
+    if o_direct_supported(tmp_path):
         assert len(refused) == 1  # tried once, then never again
 
 

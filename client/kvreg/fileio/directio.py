@@ -28,11 +28,14 @@ import fcntl
 import logging
 import mmap
 import os
+import tempfile
 import threading
+
+from kvreg.fileio.atomicfile import remove_quietly
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALIGN", "PIECE", "AlignedWriter", "BufferPool", "default_pool"]
+__all__ = ["ALIGN", "PIECE", "AlignedWriter", "BufferPool", "default_pool", "o_direct_supported"]
 
 #: Block size that ``O_DIRECT`` offsets, lengths and buffer addresses are aligned to
 #: (the largest logical block size in common use; 512-byte devices accept it too).
@@ -75,6 +78,24 @@ def default_pool() -> BufferPool:
     return _DEFAULT_POOL
 
 
+def o_direct_supported(folder: str | os.PathLike[str]) -> bool:
+    """Whether files in ``folder`` open with ``O_DIRECT`` (then whole buffers bypass the page
+    cache; a filesystem may still refuse it at write time, which the writer handles)."""
+    if not _O_DIRECT:
+        return False
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".o_direct-probe.")
+    os.close(fd)
+    try:
+        probe = os.open(name, os.O_WRONLY | _O_DIRECT)
+    except OSError:
+        return False
+    else:
+        os.close(probe)
+        return True
+    finally:
+        remove_quietly(name)
+
+
 def _write_all(fd: int, view: memoryview) -> None:
     while view:
         n = os.write(fd, view)
@@ -102,7 +123,7 @@ class AlignedWriter:
         self._fill = 0
         self.offset = offset
         self._flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        self._direct_on = bool(self._flags & _O_DIRECT) if _O_DIRECT else False
+        self._direct_on = bool(self._flags & _O_DIRECT)
         self._direct_ok = direct and _O_DIRECT != 0
         os.lseek(fd, offset, os.SEEK_SET)
 

@@ -42,7 +42,7 @@ from kvreg.fileio.directio import default_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TRANSPORT_ERRORS", "BulkHttp", "BulkResponse", "FileBody", "ShortFileError"]
+__all__ = ["TRANSPORT_ERRORS", "BulkHttp", "BulkResponse", "FileBody", "ShortFileError", "origin_of"]
 
 #: What a broken connection raises here (the caller retries or resumes on these).
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)
@@ -76,7 +76,7 @@ class BulkResponse:
         self.headers = headers
         self._response = response
         self._sock = sock
-        self._reads = 0
+        self._first_read = True
 
     @property
     def remaining(self) -> int | None:
@@ -112,10 +112,10 @@ class BulkResponse:
             return 0
         view = view[: r.length]
         # The first read takes what http.client buffered with the headers; later ones wait on the socket.
-        if on_idle is not None and self._reads and not self._ready(idle_after):
+        if on_idle is not None and not self._first_read and not self._ready(idle_after):
             on_idle()
         n = r.fp.readinto1(view)
-        self._reads += 1
+        self._first_read = False
         if not n:
             raise http.client.IncompleteRead(b"", r.length)
         r.length -= n
@@ -182,7 +182,8 @@ class BulkHttp:
         one (nothing of it can have been processed: no answer was read), unless
         part of its body went out already: that failure is the caller's to retry.
         """
-        origin, target = _split(url)
+        origin = origin_of(url)
+        target = _target(url)
         conn, reused = self._checkout(origin)
         sent = [0]
 
@@ -193,14 +194,14 @@ class BulkHttp:
 
         try:
             try:
-                response = self._exchange(conn, method, target, origin, headers, body, counted)
+                response = self._exchange(conn, method, target, headers, body, counted)
             except TRANSPORT_ERRORS:
                 conn.close()
                 if not reused or sent[0]:  # a body under way is the caller's to send again
                     raise
                 log.debug("kept connection to %s:%d was closed; sending again on a new one", *origin[1:])
                 conn = self._connect(origin)
-                response = self._exchange(conn, method, target, origin, headers, body, counted)
+                response = self._exchange(conn, method, target, headers, body, counted)
             answer = BulkResponse(response.status, httpx.Headers(response.getheaders()), response, conn.sock)
             yield answer
         except BaseException:
@@ -218,7 +219,6 @@ class BulkHttp:
         conn: http.client.HTTPConnection,
         method: str,
         target: str,
-        origin: Origin,
         headers: Mapping[str, str],
         body: FileBody | None,
         progress_cb: Callable[[int], None] | None,
@@ -249,9 +249,12 @@ class BulkHttp:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the HTTP client is closed")
-            idle = self._idle.get(origin)
-            if idle:
-                return idle.pop(), True
+            idle = self._idle.get(origin, [])
+            while idle:
+                conn = idle.pop()
+                if _still_open(conn):
+                    return conn, True
+                conn.close()  # closed by the server while it waited (its keep-alive timeout)
         return self._connect(origin), False
 
     def _checkin(self, origin: Origin, conn: http.client.HTTPConnection) -> None:
@@ -271,16 +274,32 @@ class BulkHttp:
         return http.client.HTTPConnection(host, port, timeout=self._connect_timeout)
 
 
-def _split(url: str) -> tuple[Origin, str]:
+def origin_of(url: str) -> Origin:
+    """``(scheme, host, port)`` of an http(s) URL (``ValueError`` for anything else): the unit
+    connections are kept for, and the one the registry's token may be sent to."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url!r}")
-    port = parts.port or (443 if scheme == "https" else 80)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    return (scheme, parts.hostname, port), target
+    return scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80)
+
+
+def _target(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _still_open(conn: http.client.HTTPConnection) -> bool:
+    """Whether a kept connection can take a request: an idle one has nothing to read, so a
+    readable socket means the server closed it (or sent what no request asked for)."""
+    sock = getattr(conn, "sock", None)
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
 
 
 def _send_body(sock: socket.socket | None, body: FileBody, progress_cb: Callable[[int], None] | None) -> None:

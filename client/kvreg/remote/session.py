@@ -43,12 +43,12 @@ import kvreg
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, KvregError, RemoteError, StoreError, UnavailableError
 from kvreg.fileio.directio import AlignedWriter
-from kvreg.remote.bulk import TRANSPORT_ERRORS, BulkHttp, BulkResponse, FileBody, ShortFileError
+from kvreg.remote.bulk import TRANSPORT_ERRORS, BulkHttp, BulkResponse, FileBody, ShortFileError, origin_of
 from kvreg.remote.errors import RETRY_STATUSES, map_error
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_JSON_BYTES", "Download", "HttpSession", "ProgressCallback", "Reply", "file_size"]
+__all__ = ["MAX_JSON_BYTES", "Download", "HttpSession", "ProgressCallback", "Reply"]
 
 #: Largest JSON document (other than an envelope) the client reads from a registry.
 MAX_JSON_BYTES = 64 * 1024 * 1024
@@ -90,7 +90,7 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
-def _transport_reason(e: httpx.TransportError, where: str = "") -> str:
+def _transport_reason(e: BaseException, where: str = "") -> str:
     text = f"{type(e).__name__}{where}"
     return f"{text}: {e}" if str(e) else text
 
@@ -120,20 +120,13 @@ class _Sink:
         self.fd = fd
         self.hasher = hashlib.sha256()
         self.progress_cb = progress_cb
-        done = 0
-        if start > 0:  # hash the kept prefix, so that the digest covers the whole file
-            writer = AlignedWriter(fd, offset=0, direct=False)
-            try:
-                view = writer.free()
-                while done < start:
-                    n = os.preadv(fd, [view[: min(len(view), start - done)]], done)
-                    if n <= 0:
-                        break
-                    self.hasher.update(view[:n])
-                    done += n
-            finally:
-                writer.release()
-        os.ftruncate(fd, done)
+        # Keep at most ``start`` bytes, and hash them: the digest covers the whole file.
+        if os.fstat(fd).st_size > start:
+            os.ftruncate(fd, start)
+        if start > 0:
+            with open(fd, "rb", closefd=False) as kept:
+                self.hasher = hashlib.file_digest(kept, "sha256")
+        done = os.fstat(fd).st_size
         self.offset = done
         self.writer = AlignedWriter(fd, offset=done)
 
@@ -190,7 +183,7 @@ class _Sink:
         return Digest.from_hex(self.hasher.hexdigest())
 
 
-def file_size(source: Path | BinaryIO, origin: int, size: int, digest: Digest) -> None:
+def _check_body_size(source: Path | BinaryIO, origin: int, size: int, digest: Digest) -> None:
     """Refuse (``StoreError``) a file that does not hold exactly ``size`` bytes after ``origin``."""
     if isinstance(source, Path):
         try:
@@ -249,17 +242,17 @@ class HttpSession:
         self.max_backoff = max(0.0, float(max_backoff))
         agent = {"User-Agent": f"kvreg/{kvreg.__version__}"}
         headers = {**agent, "Accept": "application/json"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
+        self._agent = agent
+        self._token_header = None if token is None else f"Bearer {token}"
+        if self._token_header is not None:
+            headers["Authorization"] = self._token_header
             host = urlsplit(base_url).hostname or ""
             if base_url.startswith("http://") and not is_loopback(host):
                 log.warning(
                     "sending a token over plain http to %s: anyone on the path can read it; use https",
                     host,
                 )
-        self._agent = agent
-        self._token_header = None if token is None else f"Bearer {token}"
-        self._origin = _origin(base_url)
+        self._origin = origin_of(base_url)
         timeouts = httpx.Timeout(timeout, connect=connect_timeout, pool=None)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # trust_env is off (no proxies or .netrc picked up silently); the CA settings that
@@ -342,23 +335,40 @@ class HttpSession:
         ``content`` builds the body afresh for every attempt (a generator streams it);
         ``retries`` overrides the session's number of retries for this request.
         """
-        budget = self.retries if retries is None else max(0, retries)
-        attempt = 0
-        while True:
+
+        def attempt(n: int) -> Reply:
             kwargs: dict[str, Any] = {"headers": dict(headers or {}), "params": params}
             if json_body is not None:
                 kwargs["json"] = json_body
             elif content is not None:
                 kwargs["content"] = content()
+            return self._attempt(method, url, kwargs, expect, limit, n)
+
+        budget = self.retries if retries is None else max(0, retries)
+        return self._retrying(method, url, attempt, budget=budget, on_retry=on_retry)
+
+    def _retrying(
+        self,
+        method: str,
+        url: str,
+        attempt: Callable[[int], Reply],
+        *,
+        budget: int,
+        on_retry: Callable[[], None] | None = None,
+    ) -> Reply:
+        """``attempt(n)`` for n = 0, 1, ... until it does not raise ``_Retry``; after ``budget``
+        retries, ``UnavailableError``. ``on_retry`` runs before each wait."""
+        n = 0
+        while True:
             try:
-                return self._attempt(method, url, kwargs, expect, limit, attempt)
+                return attempt(n)
             except _Retry as r:
-                if attempt >= budget:
-                    raise self.unavailable(method, url, r.reason, attempt + 1) from r
+                if n >= budget:
+                    raise self.unavailable(method, url, r.reason, n + 1) from r
                 if on_retry is not None:
                     on_retry()
-                self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                attempt += 1
+                self._sleep_before_retry(n, r.reason, r.retry_after)
+                n += 1
 
     def _attempt(
         self, method: str, url: str, kwargs: dict[str, Any], expect: Sequence[int], limit: int, attempt: int
@@ -388,7 +398,7 @@ class HttpSession:
     def _bulk_headers(self, url: str, extra: Mapping[str, str]) -> dict[str, str]:
         """Headers of a bulk request: the token only for the registry's own origin."""
         headers = {**self._agent, **extra}
-        if self._token_header is not None and _origin(url) == self._origin:
+        if self._token_header is not None and origin_of(url) == self._origin:
             headers["Authorization"] = self._token_header
         return headers
 
@@ -408,7 +418,7 @@ class HttpSession:
         with retries; every attempt sends the whole body again (``progress_cb`` first gets
         the negative count of the bytes sent before). A file that does not hold exactly
         ``size`` bytes there raises ``StoreError`` before anything is sent."""
-        file_size(source, origin, size, digest)
+        _check_body_size(source, origin, size, digest)
         with contextlib.ExitStack() as stack:
             if isinstance(source, Path):
                 try:
@@ -427,18 +437,18 @@ class HttpSession:
                 if progress_cb is not None:
                     progress_cb(n)
 
-            attempt = 0
-            while True:
-                try:
-                    return self._upload_attempt(url, body, headers, expect, counted)
-                except _Retry as r:
-                    if attempt >= self.retries:
-                        raise self.unavailable("PUT", url, r.reason, attempt + 1) from r
-                    if progress_cb is not None and sent[0]:
-                        progress_cb(-sent[0])
-                    sent[0] = 0
-                    self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                    attempt += 1
+            def rewind() -> None:
+                if progress_cb is not None and sent[0]:
+                    progress_cb(-sent[0])
+                sent[0] = 0
+
+            return self._retrying(
+                "PUT",
+                url,
+                lambda _: self._upload_attempt(url, body, headers, expect, counted),
+                budget=self.retries,
+                on_retry=rewind,
+            )
 
     def _upload_attempt(
         self,
@@ -474,7 +484,7 @@ class HttpSession:
                 hint="run 'kvreg fsck' on the local store",
             ) from e
         except TRANSPORT_ERRORS as e:
-            raise _Retry(_bulk_reason(e)) from e
+            raise _Retry(_transport_reason(e)) from e
 
     def download(
         self,
@@ -521,28 +531,25 @@ class HttpSession:
         headers = {"Accept": "application/octet-stream"}
         if sink.offset > 0:
             headers["Range"] = f"bytes={sink.offset}-"
+        target = url
         try:
-            with self.bulk.request("GET", url, self._bulk_headers(url, headers)) as response:
-                if response.status not in _REDIRECTS:
-                    return self._receive(url, digest, sink, max_size, response)
-                target = urljoin(url, response.headers.get("Location", ""))
-                if target == url or urlsplit(target).scheme not in ("http", "https"):
-                    raise RemoteError(f"the registry redirected GET {url} to an unusable location")
-                response.read_capped(MAX_ERROR_BYTES)  # so that the connection can be kept
-            log.debug("object %s: redirected to storage", digest)
-            for _ in range(_MAX_STORAGE_REDIRECTS):
+            for _ in range(1 + _MAX_STORAGE_REDIRECTS):  # the registry, then the storage it sends us to
                 with self.bulk.request("GET", target, self._bulk_headers(target, headers)) as response:
                     if response.status not in _REDIRECTS:
                         return self._receive(target, digest, sink, max_size, response)
-                    target = urljoin(target, response.headers.get("Location", ""))
-                    response.read_capped(MAX_ERROR_BYTES)
-            raise RemoteError(f"the storage of {url} redirected more than {_MAX_STORAGE_REDIRECTS} times")
+                    location = urljoin(target, response.headers.get("Location", ""))
+                    if location == target or urlsplit(location).scheme not in ("http", "https"):
+                        raise RemoteError(f"GET {target} was redirected to an unusable location")
+                    response.read_capped(MAX_ERROR_BYTES)  # so that the connection can be kept
+                log.debug("object %s: redirected to %s", digest, urlsplit(location).hostname)
+                target = location
+            raise RemoteError(f"GET {url} was redirected more than {_MAX_STORAGE_REDIRECTS} times")
         except ssl.SSLCertVerificationError as e:
             raise _untrusted(url, e) from e
         except ValueError as e:  # an answer over its cap, or a Location that is not a URL
             raise RemoteError(f"the registry's answer to GET {url} is unusable: {e}") from e
         except TRANSPORT_ERRORS as e:
-            raise _Retry(_bulk_reason(e, f" after {sink.offset} bytes")) from e
+            raise _Retry(_transport_reason(e, f" after {sink.offset} bytes")) from e
 
     def _receive(
         self, url: str, digest: Digest, sink: _Sink, max_size: int | None, response: BulkResponse
@@ -574,12 +581,6 @@ class HttpSession:
         return True
 
 
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
-
-
 def _untrusted(url: str, e: ssl.SSLCertVerificationError) -> RemoteError:
     """A certificate that does not verify: a setting to fix, not a failure to retry."""
     return RemoteError(
@@ -587,8 +588,3 @@ def _untrusted(url: str, e: ssl.SSLCertVerificationError) -> RemoteError:
         hint="if the registry uses a private certificate authority, point SSL_CERT_FILE at its certificate",
         url=url,
     )
-
-
-def _bulk_reason(e: BaseException, where: str = "") -> str:
-    text = f"{type(e).__name__}{where}"
-    return f"{text}: {e}" if str(e) else text

@@ -190,10 +190,11 @@ class FolderStorage(ObjectStorage):
         return _read_file(f, start, end)
 
     def open_local(self, digest: Digest) -> BinaryIO | None:
+        digest = Digest(digest)
         try:
-            return self.path_for(Digest(digest)).open("rb")
+            return self.path_for(digest).open("rb")
         except FileNotFoundError:
-            raise not_found(Digest(digest)) from None
+            raise not_found(digest) from None
 
     def iter_objects(self) -> Iterator[StoredObject]:
         try:
