@@ -42,6 +42,14 @@ def run(settings: Settings, *, host: str, port: int, workers: int = 1, log_level
             workers=workers,
             log_level=log_level,
             loop=LOOP,
+            http=server_io.protocol_class(),
         )
         return
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, loop=LOOP)
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        loop=LOOP,
+        http=server_io.protocol_class(),
+    )

@@ -338,6 +338,74 @@ def test_pending_state_machine(backend: Backend) -> None:
     assert backend.leftovers() == []
 
 
+class PieceReader:
+    """A body in odd-sized pieces, as a socket gives it; fails after ``fail_after`` bytes if set."""
+
+    def __init__(self, data: bytes, fail_after: int | None = None) -> None:
+        self.data, self.pos, self.fail_after, self.calls = data, 0, fail_after, 0
+
+    def __call__(self, view: memoryview) -> int:
+        self.calls += 1
+        if self.fail_after is not None and self.pos >= self.fail_after:
+            raise ConnectionResetError("the client went away")
+        n = min(len(view), len(self.data) - self.pos, (self.calls * 650_011) % (3 * MIB) + 1)
+        view[:n] = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+
+@pytest.mark.parametrize("size", [0, 1, 8 * MIB, LARGE], ids=["empty", "one", "buffer", "large"])
+def test_receive_reads_hashes_and_stores_every_byte(backend: Backend, size: int) -> None:
+    s = backend.storage
+    data = data_of(size, seed=11)
+    with s.begin_upload() as pending:
+        pending.receive(PieceReader(data))
+        assert pending.size == size and pending.digest == Digest.of_bytes(data)
+        assert pending.commit(Digest.of_bytes(data)) is True
+    assert read_all(s, Digest.of_bytes(data)) == data
+    assert backend.leftovers() == []
+
+
+def test_a_reader_that_fails_leaves_nothing(backend: Backend) -> None:
+    s = backend.storage
+    data = data_of(LARGE, seed=12)
+    pending = s.begin_upload()
+    with pytest.raises(ConnectionResetError):
+        pending.receive(PieceReader(data, fail_after=9 * MIB))
+    with pytest.raises(ValueError, match="aborted"):
+        pending.commit(Digest.of_bytes(data))
+    assert backend.leftovers() == []
+    assert list(s.iter_objects()) == []
+
+
+def test_seal_checks_the_digest_before_commit_publishes(backend: Backend) -> None:
+    s = backend.storage
+    data = data_of(3000, seed=13)
+    d = Digest.of_bytes(data)
+    pending = s.begin_upload()
+    pending.write(data)
+    pending.seal(d)
+    pending.seal(d)  # idempotent
+    assert not s.exists(d)  # sealed is not visible
+    with pytest.raises(ValueError, match="sealed"):
+        pending.write(b"more")
+    assert pending.commit(d) is True and read_all(s, d) == data
+    # a sealed upload that is never committed leaves nothing
+    other = s.begin_upload()
+    other.write(b"abc")
+    other.seal(Digest.of_bytes(b"abc"))
+    other.abort()
+    assert not s.exists(Digest.of_bytes(b"abc"))
+    # a wrong digest at seal discards everything
+    third = s.begin_upload()
+    third.write(b"xyz")
+    with pytest.raises(DigestMismatchError):
+        third.seal(MISSING)
+    with pytest.raises(ValueError, match="aborted"):
+        third.commit(Digest.of_bytes(b"xyz"))
+    assert backend.leftovers() == []
+
+
 BAD_DIGESTS = [
     "sha256:../../etc/passwd",
     "sha256:../../../../etc/" + "a" * 52,

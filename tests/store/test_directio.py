@@ -160,3 +160,60 @@ def test_the_pool_reuses_buffers_and_keeps_a_bounded_number() -> None:
     assert {id(pool.acquire()), id(pool.acquire())} == {id(a), id(b)}
     with pytest.raises(ValueError, match="multiple of"):
         BufferPool(ALIGN + 1)
+
+
+@pytest.mark.parametrize("tail", [0, 1, ALIGN - 1])
+def test_an_aligned_buffer_is_written_without_a_copy(
+    tmp_path: Path, tail: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whole blocks of a page-aligned buffer at a block boundary go to the file straight from it;
+    the rest is buffered as usual, and the bytes are the same either way."""
+    pool, sources = BufferPool(SMALL), BufferPool(2 * SMALL)
+    source = sources.acquire()
+    data = os.urandom(2 * SMALL)
+    source[:] = data
+    view = memoryview(source)
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    written: list[int] = []
+    real_write = os.write
+
+    def spy(fd_: int, chunk: memoryview) -> int:
+        written.append(len(chunk))
+        return real_write(fd_, chunk)
+
+    monkeypatch.setattr(directio.os, "write", spy)
+    try:
+        writer = AlignedWriter(fd, pool=pool)
+        writer.write(view[: SMALL + tail])  # aligned start, whole blocks then a tail
+        writer.write(view[SMALL + tail :])  # the tail made the offset unaligned: copied
+        writer.close()
+    finally:
+        os.close(fd)
+        view.release()
+        sources.release(source)
+    assert path.read_bytes() == data
+    if o_direct_supported(tmp_path):
+        assert written[0] == SMALL  # the first whole blocks, from the caller's buffer
+
+
+def test_bytes_and_unaligned_views_are_copied(tmp_path: Path) -> None:
+    pool = BufferPool(SMALL)
+    source = pool.acquire()
+    source[:] = os.urandom(SMALL)
+    view = memoryview(source)
+    path = tmp_path / "out"
+    try:
+        write_pieces(path, bytes(view[1:]) + b"x", [], pool=pool)  # read-only bytes
+        assert path.read_bytes() == bytes(view[1:]) + b"x"
+        fd = os.open(path, os.O_RDWR | os.O_TRUNC)
+        try:
+            writer = AlignedWriter(fd, pool=pool)
+            writer.write(view[1:])  # writable, but not on a page boundary
+            writer.close()
+        finally:
+            os.close(fd)
+        assert path.read_bytes() == bytes(view[1:])
+    finally:
+        view.release()
+        pool.release(source)

@@ -23,6 +23,7 @@ the hand-written buffer handling.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import logging
@@ -96,6 +97,13 @@ def o_direct_supported(folder: str | os.PathLike[str]) -> bool:
         remove_quietly(name)
 
 
+def _page_aligned(view: memoryview) -> bool:
+    """Whether a writable buffer starts on a page boundary (read-only ones are not asked)."""
+    if view.readonly or not view.c_contiguous or not len(view):
+        return False
+    return ctypes.addressof(ctypes.c_char.from_buffer(view)) % mmap.PAGESIZE == 0
+
+
 def _write_all(fd: int, view: memoryview) -> None:
     while view:
         n = os.write(fd, view)
@@ -142,8 +150,15 @@ class AlignedWriter:
         self._fill += n
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data`` (copied into the buffer; a full buffer is written at once)."""
+        """Append ``data`` (copied into the buffer; a full buffer is written at once). Whole blocks
+        of a page-aligned buffer (e.g. one from a :class:`BufferPool`) written at a block boundary
+        go to the file straight from it, without the copy."""
         src = memoryview(data).cast("B")
+        if self._fill == 0 and self._direct_ok and self.offset % ALIGN == 0 and _page_aligned(src):
+            whole = len(src) - len(src) % ALIGN
+            if whole:
+                self._direct_write_from(src[:whole])
+                src = src[whole:]
         while src:
             room = self.free()
             take = min(len(room), len(src))
@@ -206,10 +221,15 @@ class AlignedWriter:
 
     def _direct_write(self, n: int) -> None:
         """Write the buffer's first ``n`` bytes (whole blocks, aligned offset)."""
+        self._direct_write_from(self._view[:n])
+
+    def _direct_write_from(self, data: memoryview) -> None:
+        """Write ``data`` (whole blocks at a page-aligned address; the offset is aligned)."""
+        n = len(data)
         if self._direct_ok:
             try:
                 self._set_direct(True)
-                _write_all(self._fd, self._view[:n])
+                _write_all(self._fd, data)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
@@ -220,7 +240,7 @@ class AlignedWriter:
             else:
                 self.offset += n
                 return
-        self._plain_write(self._view[:n])
+        self._plain_write(data)
 
     def _plain_write(self, data: memoryview) -> None:
         self._set_direct(False)

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import BodyTooLargeError, RangeNotSatisfiableError, RequestInvalidError
@@ -31,11 +33,11 @@ from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
 from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
-from kvreg_registry.server_io import ZEROCOPY_SEND
+from kvreg_registry.server_io import ZEROCOPY_SEND, SocketBody, socket_body
 from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.state import RegistryState
-from kvreg_registry.storage.base import PendingObject
+from kvreg_registry.storage.base import ObjectStorage, PendingObject
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -123,8 +125,17 @@ def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | No
 
 
 def _finish_upload(
-    st: RegistryState, who: Principal, ns: str, digest: Digest, pending: PendingObject, implicit: str | None
+    st: RegistryState,
+    who: Principal,
+    ns: str,
+    digest: Digest,
+    pending: PendingObject,
+    *,
+    implicit: str | None,
 ) -> tuple[bool, int | None, int]:
+    """Publish a received object and record that the namespace holds it (a worker thread):
+    (new to storage, the audit entry's sequence number or ``None``, size)."""
+    pending.seal(digest)  # verified and fsynced before the write transaction, which only publishes
     with st.db.write() as s:
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_object(s, digest, pending.size)
@@ -142,6 +153,7 @@ def _finish_upload(
             )
         if implicit is not None:
             object_service.close_session(s, namespace, implicit)
+    crash_point("registry.object.after_commit")
     return stored, seq, pending.size
 
 
@@ -152,8 +164,44 @@ def _write_pieces(pending: PendingObject, pieces: list[bytes]) -> None:
         pending.write(piece)
 
 
-async def _receive_body(request: Request, pending: PendingObject, limit: int) -> None:
-    """Stream the request body into ``pending``, at most ``limit`` bytes (``BodyTooLargeError``).
+async def _store_body(
+    request: Request,
+    storage: ObjectStorage,
+    limit: int,
+    finish: Callable[[PendingObject], tuple[bool, int | None, int]],
+) -> tuple[bool, int | None, int]:
+    """Stream the request body into a new pending object, at most ``limit`` bytes
+    (``BodyTooLargeError``), and ``finish`` it: straight from the socket on one worker
+    thread where the server offers it, else through ASGI messages."""
+    body = socket_body(request.scope)
+    if body is not None and body.length > limit:
+        raise BodyTooLargeError(f"the object is more than the limit of {limit} bytes", limit=limit)
+    if body is not None and await body.start():
+        try:
+            return await run_in_threadpool(_store_from_socket, storage, body, finish)
+        finally:
+            await body.finish()
+    with storage.begin_upload() as pending:
+        await _receive_messages(request, pending, limit)
+        return await run_in_threadpool(finish, pending)
+
+
+def _store_from_socket(
+    storage: ObjectStorage,
+    body: SocketBody,
+    finish: Callable[[PendingObject], tuple[bool, int | None, int]],
+) -> tuple[bool, int | None, int]:
+    """Read a :class:`SocketBody` into a new pending object and ``finish`` it (a worker thread)."""
+    with storage.begin_upload() as pending:
+        try:
+            pending.receive(body.readinto)
+        except (ConnectionResetError, TimeoutError) as e:  # as Starlette reports a client gone mid-body
+            raise ClientDisconnect(str(e)) from e
+        return finish(pending)
+
+
+async def _receive_messages(request: Request, pending: PendingObject, limit: int) -> None:
+    """Stream the request body's ASGI messages into ``pending``, at most ``limit`` bytes.
 
     Pieces are handed to a worker thread a few MiB at a time, and the next ones are
     received while it hashes and writes them, so the event loop keeps draining the
@@ -218,19 +266,18 @@ async def put_object(
         description="the upload session this object belongs to",
         json_schema_extra=documented(UUID_PATTERN),
     ),
-) -> JSONResponse:
+) -> Response:
     st = access.st
     validate_namespace(ns)
     d = Digest(digest)
     implicit = await run_in_threadpool(_prepare_upload, access, d, x_kvreg_upload)
-    limit = st.settings.max_object_bytes
+    finish = functools.partial(_finish_upload, st, access.who, ns, d, implicit=implicit)
     try:
-        with st.storage.begin_upload() as pending:
-            await _receive_body(request, pending, limit)
-            stored, seq, size = await run_in_threadpool(
-                _finish_upload, st, access.who, ns, d, pending, implicit
-            )
-            crash_point("registry.object.after_commit")
+        stored, seq, size = await _store_body(request, st.storage, st.settings.max_object_bytes, finish)
+    except ClientDisconnect as e:  # a push killed or cut off: usual, and nobody to answer
+        log.info("upload of %s into %s stopped: %s", d, ns, e or "the client went away")
+        await run_in_threadpool(_close_quietly, st, ns, implicit)
+        return Response(status_code=400)
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
         raise

@@ -25,13 +25,14 @@ import hashlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO, ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
+from kvreg.fileio.directio import BufferPool, default_pool
 from kvreg.fileio.faults import crash_point
 
 log = logging.getLogger(__name__)
@@ -97,11 +98,12 @@ class PendingObject(ABC):
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
         self._size = 0
-        self._state = "open"
+        self._state = "open"  # open -> sealed -> committed, or aborted from open or sealed
+        self._sealed_as: Digest | None = None
 
     # --- the interface --------------------------------------------------------
 
-    def write(self, data: bytes | bytearray) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         """Hash and store one piece of the object."""
         if self._state != "open":
             raise ValueError(f"cannot write to an upload that is {self._state}")
@@ -115,6 +117,40 @@ class PendingObject(ABC):
             self.abort()
             raise
 
+    def receive(self, read_into: Callable[[memoryview], int], *, pool: BufferPool | None = None) -> None:
+        """Write everything ``read_into`` gives (it fills the start of a view and returns the count,
+        0 at the end). Blocking: call it from a worker thread.
+
+        The pieces are read into one large buffer and each is hashed as soon as it is read,
+        while it is still in the CPU's cache; the buffer is stored when full (the socket keeps
+        receiving meanwhile).
+        """
+        if self._state != "open":
+            raise ValueError(f"cannot write to an upload that is {self._state}")
+        pool = pool or default_pool()
+        buffer = pool.acquire()
+        view = memoryview(buffer)
+        try:
+            while True:
+                filled = 0
+                while filled < len(view):
+                    n = read_into(view[filled:])
+                    if n == 0:
+                        break
+                    self._hash.update(view[filled : filled + n])
+                    filled += n
+                if filled:
+                    self._size += filled
+                    self._write(view[:filled])
+                if filled < len(view):
+                    return
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            view.release()
+            pool.release(buffer)
+
     @property
     def size(self) -> int:
         """Bytes written so far."""
@@ -125,18 +161,18 @@ class PendingObject(ABC):
         """The digest of the bytes written so far."""
         return Digest.from_hex(self._hash.hexdigest())
 
-    def commit(self, expected: Digest) -> bool:
-        """Make the bytes visible under ``expected`` if they hash to it.
+    def seal(self, expected: Digest) -> None:
+        """Check that the bytes hash to ``expected`` and make them durable where they wait
+        (a file is flushed and fsynced), without making them visible: the slow part of a
+        :meth:`commit`, done before the caller takes any lock. Writing ends here.
 
-        Returns ``True`` if the bytes were new to the storage, ``False`` if an
-        object with that digest was stored already (the copy is discarded). If
-        the bytes hash to anything else, everything is discarded and
-        ``DigestMismatchError`` is raised; an ``expected`` that is not a digest
-        raises ``InvalidDigestError``. Either way, and on any other failure,
-        nothing stays behind.
+        A mismatch discards everything and raises ``DigestMismatchError``; an ``expected``
+        that is not a digest raises ``InvalidDigestError``. Idempotent for the same digest.
         """
+        if self._state == "sealed" and self._sealed_as == Digest(expected):
+            return
         if self._state != "open":
-            raise ValueError(f"cannot commit an upload that is {self._state}")
+            raise ValueError(f"cannot seal an upload that is {self._state}")
         try:
             want = Digest(expected)
             actual = self.digest
@@ -147,8 +183,31 @@ class PendingObject(ABC):
                     actual=str(actual),
                     size=self._size,
                 )
+            self._seal()
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "sealed"
+        self._sealed_as = want
+
+    def commit(self, expected: Digest) -> bool:
+        """Make the bytes visible under ``expected`` if they hash to it (sealing them first
+        unless :meth:`seal` did).
+
+        Returns ``True`` if the bytes were new to the storage, ``False`` if an
+        object with that digest was stored already (the copy is discarded). If
+        the bytes hash to anything else, everything is discarded and
+        ``DigestMismatchError`` is raised; an ``expected`` that is not a digest
+        raises ``InvalidDigestError``. Either way, and on any other failure,
+        nothing stays behind.
+        """
+        self.seal(expected)
+        sealed_as = self._sealed_as
+        if self._state != "sealed" or sealed_as is None:  # pragma: no cover - seal() raised otherwise
+            raise ValueError(f"cannot commit an upload that is {self._state}")
+        try:
             crash_point("registry.object.before_publish")
-            new = self._publish(want)
+            new = self._publish(sealed_as)
         except BaseException:
             self.abort()
             raise
@@ -157,7 +216,7 @@ class PendingObject(ABC):
 
     def abort(self) -> None:
         """Discard the upload. Idempotent; a committed upload stays committed."""
-        if self._state != "open":
+        if self._state not in ("open", "sealed"):
             return
         self._state = "aborted"
         self._discard()
@@ -176,8 +235,12 @@ class PendingObject(ABC):
     # --- for backends -----------------------------------------------------------
 
     @abstractmethod
-    def _write(self, data: bytes | bytearray) -> None:
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Store a piece (already hashed and counted)."""
+
+    def _seal(self) -> None:  # noqa: B027 - optional: backends without a durable wait have nothing to do
+        """Make the bytes written so far durable (they are complete and verified); nothing by
+        default."""
 
     @abstractmethod
     def _publish(self, digest: Digest) -> bool:

@@ -70,20 +70,22 @@ class FolderPending(PendingObject):
             self._close_and_remove()
             raise
 
-    def _write(self, data: bytes | bytearray) -> None:
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         if self._writer is None:  # pragma: no cover - the base class checks the state first
             raise ValueError("upload is closed")
         self._writer.write(data)
 
-    def _publish(self, digest: Digest) -> bool:
+    def _seal(self) -> None:
         if self._writer is None or self._fd is None:  # pragma: no cover
             raise ValueError("upload is closed")
+        self._writer.close()
+        self._writer = None
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+
+    def _publish(self, digest: Digest) -> bool:
         try:
-            self._writer.close()
-            self._writer = None
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
             return self._storage.install(self._path, digest, self.size)
         finally:
             self._close_and_remove()

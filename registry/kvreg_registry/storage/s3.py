@@ -108,7 +108,7 @@ class S3Pending(PendingObject):
 
     # --- writing ----------------------------------------------------------------
 
-    def _write(self, data: bytes | bytearray) -> None:
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._buffer += data
         if self._upload_id is None and len(self._buffer) >= self._s.multipart_threshold:
             self._start_multipart()
