@@ -109,10 +109,18 @@ class S3Pending(PendingObject):
     # --- writing ----------------------------------------------------------------
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
-        self._buffer += data
-        if self._upload_id is None and len(self._buffer) >= self._s.multipart_threshold:
-            self._start_multipart()
-        if self._upload_id is not None:
+        src = memoryview(data).cast("B")
+        while src:
+            if self._upload_id is None:
+                self._buffer += src
+                src = src[:0]
+                if len(self._buffer) < self._s.multipart_threshold:
+                    return
+                self._start_multipart()
+            else:  # fill the buffer up to one part, so that a full buffer is the part itself
+                take = max(0, self._part_size() - len(self._buffer))
+                self._buffer += src[:take]
+                src = src[take:]
             while len(self._buffer) >= self._part_size():
                 self._send_part(self._part_size())
 
@@ -133,7 +141,10 @@ class S3Pending(PendingObject):
         if len(self._parts) >= MAX_PARTS:
             raise UnavailableError(f"upload is over {MAX_PARTS} parts; raise the part size")
         number = len(self._parts) + 1
-        body = bytes(self._buffer[:n])
+        if len(self._buffer) == n:  # the usual case: the buffer is the part, sent without a copy
+            body, rest = self._buffer, bytearray()
+        else:
+            body, rest = self._buffer[:n], self._buffer[n:]
         resp = self._s.call(
             "upload_part",
             Bucket=self._s.bucket,
@@ -142,7 +153,7 @@ class S3Pending(PendingObject):
             PartNumber=number,
             Body=body,
         )
-        del self._buffer[:n]
+        self._buffer = rest
         self._parts.append({"PartNumber": number, "ETag": resp["ETag"]})
 
     # --- commit / abort ---------------------------------------------------------------
