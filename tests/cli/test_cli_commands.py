@@ -228,6 +228,11 @@ def test_demo_runs_end_to_end(tmp_path):
     assert reg["byte_exact"] is True and check["byte_exact"] is True
     assert check["sha256_equal_steps"] == check["steps"] == 32
     assert (workdir / "second-home" / "refs" / "demo" / "p07").is_file()
+    # ... and sends its graft receipt, signed with the demo key, stored with an audit entry.
+    receipt = reg["receipt"]
+    assert receipt["ref"] == "demo/p07" and receipt["digest"] == push["digest"]
+    assert receipt["byte_exact"] is True and receipt["created"] is True
+    assert receipt["signer"] == reg["bootstrap"]["key_id"] and receipt["log_index"] > 0
     # Pushing again sends nothing; the longer artifact sends only its new chunks, both ways.
     assert again["objects_sent"] == 0 and again["bytes_sent"] == 0 and again["ref_changed"] is False
     longer_push, longer_pull = reg["push_longer"], reg["pull_longer"]
@@ -267,6 +272,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "6. share through a registry" in text
     assert "push demo/p07 again" in text
     assert "graft in the second home with --check: byte-exact, 32/32" in text
+    assert f"graft receipt sent for demo/p07 (byte-exact, signed with the demo key): receipt {receipt['id']}" in text
     assert "7. the verified-knowledge flywheel" in text
     assert "byte-exact checks" in text and "6/6 passed" in text
     assert "kvreg serve --data" in text

@@ -193,8 +193,22 @@ def _render_registry(console: Console, g: dict[str, Any]) -> None:
         f"the pushed one, signature verified (signer {escape(str(g['pull']['signer'])[:19])}…)\n"
         f"   graft in the second home with --check: {state}, {c['sha256_equal_steps']}/{c['steps']} "
         f"SHA-256-equal steps, max KL {c['max_kl']:.3g}\n"
+        f"{_receipt_line(g)}"
         f"   the registry stores {g['stored']['objects']} objects ({_size(g['stored']['bytes'])}) for both "
         f"artifacts ({_seconds(g['seconds'])} for this act)\n"
+    )
+
+
+def _receipt_line(g: dict[str, Any]) -> str:
+    """The graft receipt the second home sent (registry id and audit entry), as one line."""
+    r = g.get("receipt")
+    if r is None:
+        return ""
+    exact = "byte-exact" if r["byte_exact"] else "[red]NOT byte-exact[/red]"
+    entry = f"audit entry {r['log_index']}" if r["log_index"] is not None else "stored already"
+    return (
+        f"   graft receipt sent for {escape(r['ref'])} ({exact}, signed with the demo key): receipt "
+        f"{r['id']}, {entry}; the artifact page shows it under \"Grafted by\"\n"
     )
 
 
