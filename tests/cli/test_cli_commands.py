@@ -272,7 +272,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "6. share through a registry" in text
     assert "push demo/p07 again" in text
     assert "graft in the second home with --check: byte-exact, 32/32" in text
-    assert f"graft receipt sent for demo/p07 (byte-exact, signed with the demo key): receipt {receipt['id']}" in text
+    sent = f"graft receipt sent for demo/p07 (byte-exact, signed with the demo key): receipt {receipt['id']}"
+    assert sent in text
     assert "7. the verified-knowledge flywheel" in text
     assert "byte-exact checks" in text and "6/6 passed" in text
     assert "kvreg serve --data" in text
