@@ -208,7 +208,7 @@ def _receipt_line(g: dict[str, Any]) -> str:
     entry = f"audit entry {r['log_index']}" if r["log_index"] is not None else "stored already"
     return (
         f"   graft receipt sent for {escape(r['ref'])} ({exact}, signed with the demo key): receipt "
-        f"{r['id']}, {entry}; the artifact page shows it under \"Grafted by\"\n"
+        f'{r["id"]}, {entry}; the artifact page shows it under "Grafted by"\n'
     )
 
 
