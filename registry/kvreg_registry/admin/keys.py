@@ -38,7 +38,7 @@ def key_add(
     public = read_public_key(pubkey)
     with write_session(ctx) as s:
         row = accounts.register_key(s, ACTOR, namespace, public.to_text(), label=label, owner=owner)
-        doc = {
+        doc: dict[str, Any] = {
             "namespace": namespace,
             "keyid": public.keyid,
             "public_key": public.to_text(),
@@ -46,7 +46,7 @@ def key_add(
             "owner": row.owner,
             "log_index": row.log_seq,
         }
-    named = f" ({escape(doc['label'])})" if doc["label"] else ""
+        named = f" ({escape(row.label)})" if row.label else ""
     out.result(
         doc,
         lambda c: c.print(f"[green]registered[/green] {public.keyid}{named} for {escape(namespace)}"),
