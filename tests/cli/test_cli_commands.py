@@ -255,6 +255,10 @@ def test_demo_runs_end_to_end(tmp_path):
     assert m["byte_exact_passed"] == m["byte_exact_checks"] == 6
     assert m["repeat_decoded_tokens_after"] == 1.0
     assert m["fetched_bytes"] > 0  # the asking home had nothing: it pulled what it grafted
+    # The second exam's checked grafts send their receipts, byte-exact, one per knowledge graft.
+    assert len(fw["receipts"]) == m["knowledge_grafts"] == 4
+    assert all(r["byte_exact"] is True and r["ref"].startswith("flywheel/") for r in fw["receipts"])
+    assert fw["host"]["config_fingerprint"] == fw["config_fingerprint"]
     asking = Path(fw["registry"]["asking_home"])
     assert asking == workdir / "flywheel-home"
     assert sorted(p.name for p in (asking / "refs" / "flywheel").iterdir()) == sorted(
@@ -276,6 +280,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert sent in text
     assert "7. the verified-knowledge flywheel" in text
     assert "byte-exact checks" in text and "6/6 passed" in text
+    assert "the asking home sent 4 graft receipts (4 byte-exact) to the registry" in text
     assert "kvreg serve --data" in text
     assert "demo passed" in text
 

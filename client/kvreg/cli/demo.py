@@ -248,6 +248,13 @@ def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
             f"to {escape(g['url'])}; the second exam ran in {escape(g['asking_home'])}, which fetched "
             f"{_size(m['fetched_bytes'])} on demand"
         )
+        sent = f.get("receipts")
+        if sent:
+            exact = sum(1 for r in sent if r["byte_exact"])
+            console.print(
+                f"   the asking home sent {len(sent)} graft receipt{'' if len(sent) == 1 else 's'} "
+                f"({exact} byte-exact) to the registry: each artifact's page shows who grafted it"
+            )
         console.print(
             "\n[bold]browse the library[/bold] (with --workdir or --keep, after the demo):\n"
             f"   kvreg serve --data {escape(g['data'])}\n"

@@ -10,8 +10,8 @@ its new chunks travel). The checked graft in the second home sends its graft rec
 (signed with the demo key, as ``kvreg graft --check --receipt REMOTE`` signs with
 the host's key) with the reader's token, so the registry's artifact page shows the
 byte-exact evidence. :meth:`~RegistryAct.flywheel` runs the flywheel act over
-the same registry. Leaving the ``with`` block stops the server. Nothing here
-prints.
+the same registry and sends a receipt for each checked graft of its second exam.
+Leaving the ``with`` block stops the server. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -102,6 +102,40 @@ def _send_receipt(
     }
 
 
+def _send_exam_receipts(
+    client: RegistryClient, asking: Home, report: dict[str, Any], key: SigningKey
+) -> list[dict[str, Any]]:
+    """A graft receipt for each checked graft of the flywheel's second exam, sent from the asking home.
+
+    The exam records, per answer, the artifact's ref, the tokens grafted and decoded and whether
+    every decode step had SHA-256-equal logits to a fresh computation; not whether a witness
+    probe ran (the receipt says ``skipped``) nor, for a graft that was not byte-exact, how many
+    steps were (the receipt leaves it out)."""
+    out: list[dict[str, Any]] = []
+    for answer in report["answers"]["after"]:
+        ref, exact = answer.get("artifact"), answer.get("byte_exact")
+        if answer.get("mode") == "off" or not ref or "/" not in ref or exact is None:
+            continue
+        artifact = open_artifact(asking, ref)
+        steps = int(answer["decoded_tokens"])
+        check: dict[str, Any] = {"byte_exact": bool(exact), "steps": steps}
+        if exact:
+            check["sha256_equal_steps"] = steps
+        receipt = build_receipt(
+            namespace=ref.split("/", 1)[0],
+            ref=ref.split("/", 1)[1],
+            digest=str(artifact.digest),
+            host=report["host"],
+            witness="skipped",
+            check=check if steps > 0 else None,
+            graft=None,
+            key=key,
+        )
+        sent = send_receipt(client, receipt, key)
+        out.append({**sent.to_dict(), "ref": ref, "byte_exact": receipt.byte_exact})
+    return out
+
+
 def _timed(report: PushReport | PullReport, started: float) -> dict[str, Any]:
     return {**report.to_dict(), "seconds": round(time.perf_counter() - started, 4)}
 
@@ -166,6 +200,10 @@ class RegistryAct:
             "asking_home": str(asking.root),
             "data": str(self.data_dir),
         }
+        with _client(asking) as reader:
+            report["receipts"] = _send_exam_receipts(reader, asking, report, self.key)
+        if spec.task == "addition" and not all(r["created"] for r in report["receipts"]):
+            failures.append("the registry did not store every receipt of the flywheel's grafts")
         repeat, _ = spec.problems()
         if spec.task == "gsm8k" and repeat:
             # The first repeat question as `kvreg ask --chat --prompt-file` takes it (one user turn).
