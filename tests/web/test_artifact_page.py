@@ -296,7 +296,10 @@ def test_the_summary_card_names_verdict_signer_uploader_model_and_commands(libra
     page = get_ok(library, page_url(p))
     card = section(page, "summary")
     text = text_of(card)
-    assert "Verdict pass" in text and "Verifier exact-match" in text
+    assert "Verdict pass" in text and "Verifier exact-match other artifacts it checked" in text
+    assert 'href="/?verifier=exact-match"' in card and 'href="/?model=tiny-llama"' in card
+    found = get_ok(library, "/?verifier=exact-match")
+    assert "Problem 7" in found
     assert "Signed by CI signer owned by alice verified" in text
     keys = library.api("GET", f"/namespaces/{ns}/keys").json()["keys"]
     entry = next(k for k in keys if k["keyid"] == key.public_key.keyid)["log_index"]
