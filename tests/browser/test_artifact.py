@@ -106,11 +106,12 @@ def test_artifact_page_of_the_base_shows_its_receipt_and_extension(page: Any, se
     clean(page)
 
 
-def test_artifact_page_fits_a_phone(phone: Any, server: Seeded) -> None:
+def test_artifact_page_fits_a_phone(phone: Any, server: Seeded, shot: Any) -> None:
     for name in ("p07", "p07x"):
         visit(phone, server.artifact_path(name))
         no_horizontal_scroll(phone)
         assert phone.locator("#summary").is_visible()
+    shot(phone, "artifact-phone")
     clean(phone)
 
 
