@@ -166,6 +166,34 @@ def test_engine_defaults_known_before_torch_match_the_engine():
     assert defaults.profile == engine_options.DEFAULT_PROFILE
 
 
+def _demo_pages_show_the_receipts(workdir: Path, reg: dict, fw: dict) -> None:
+    """The demo's registry, served in process: its artifact pages lead with the receipts it was sent."""
+    from fastapi.testclient import TestClient
+
+    from kvreg.remote.remotes import Credentials
+    from kvreg.store.home import Home
+    from kvreg_registry.app import create_app
+    from kvreg_registry.settings import Settings
+    from web.helpers import sign_in
+
+    app = create_app(Settings(data_dir=Path(reg["data"])))
+    with TestClient(app, base_url="http://testserver") as client:
+        # The flywheel's library is public: anyone sees who grafted its artifacts.
+        ref = fw["receipts"][0]["ref"]
+        page = client.get(f"/ns/{ref.split('/')[0]}/refs/{ref.split('/', 1)[1]}")
+        assert page.status_code == 200, page.text
+        assert "Grafted by 1 host</h2>" in page.text and "demo signer" in page.text
+        assert "kvreg&#39;s bundled addition model" in page.text  # not just "model"
+        # demo/p07 is private: its reader signs in with the token the second home logged in with.
+        auth = Credentials(Home(Path(reg["second_home"])), environ={}).auth_for(reg["remote"])
+        assert auth is not None
+        sign_in(client, auth.token)
+        page = client.get("/ns/demo/refs/p07")
+        assert page.status_code == 200, page.text
+        assert "Grafted by 1 host</h2>" in page.text and "1 receipt: 1 byte-exact." in page.text
+        assert f'href="/audit/entries/{reg["receipt"]["log_index"]}"' in page.text
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
     workdir = tmp_path / "demo"
@@ -264,6 +292,9 @@ def test_demo_runs_end_to_end(tmp_path):
     assert sorted(p.name for p in (asking / "refs" / "flywheel").iterdir()) == sorted(
         r.split("/", 1)[1] for r in fw["library"]["refs"]
     )
+
+    # The registry the demo leaves behind shows that evidence on the artifact pages.
+    _demo_pages_show_the_receipts(workdir, reg, fw)
 
     # The human-readable rendering of the same report.
     from rich.console import Console
