@@ -50,3 +50,14 @@ def test_fields_and_ok() -> None:
     assert passed.ok and passed.to_dict()["ok"] is True and passed.to_dict()["seconds"] == 1.5
     failed = _report(["a graft is not byte-exact"])
     assert not failed.ok and failed.to_dict()["failures"] == ["a graft is not byte-exact"]
+
+
+def test_registry_rendering_names_the_graft_receipt() -> None:
+    from kvreg.cli.demo import _receipt_line
+
+    line = _receipt_line(
+        {"receipt": {"ref": "demo/p07", "byte_exact": True, "id": 3, "log_index": 17, "created": True}}
+    )
+    assert "graft receipt sent for demo/p07 (byte-exact, signed with the demo key): receipt 3" in line
+    assert "audit entry 17" in line
+    assert _receipt_line({}) == ""

@@ -30,6 +30,7 @@ PRIVATE_NS = "lab-private"
 PAGING_NS = "paging"  # public: more artifacts than a page of results holds
 PAGING_COUNT = 21  # the web UI shows 20 results a page
 WRITER = "dana"
+KEY_LABEL = "dana's deposit key"  # the seeded signing key's label (its owner is dana)
 READER = "carol"  # read role on the private namespace only
 GRAFTER = "gina"  # read role on the public namespace: sends the graft receipt
 
@@ -187,7 +188,8 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
     with registry.admin() as c:
         for ns, public in ((PUBLIC_NS, True), (PRIVATE_NS, False), (PAGING_NS, True)):
             _ok(c.post("/namespaces", json={"name": ns, "public": public}), 201)
-            _ok(c.post(f"/namespaces/{ns}/keys", json={"public_key": public_key}), 201)
+            key = {"public_key": public_key, "label": KEY_LABEL, "owner": WRITER}
+            _ok(c.post(f"/namespaces/{ns}/keys", json=key), 201)
         tokens = {}
         for user, roles in (
             (WRITER, {PUBLIC_NS: "write", PRIVATE_NS: "write", PAGING_NS: "write"}),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from .helpers import clean, number, numbers, text, visit
-from .seed import BLOCK, SCRIPT, Seeded
+from .helpers import clean, no_horizontal_scroll, number, numbers, text, visit
+from .seed import BLOCK, KEY_LABEL, SCRIPT, WRITER, Seeded
 
 
 def _count(page: Any, selector: str) -> int:
@@ -90,7 +90,29 @@ def test_artifact_page_of_the_base_shows_its_receipt_and_extension(page: Any, se
     assert "pass" in receipts and "gina" in receipts, f"#receipts does not show gina's receipt: {receipts!r}"
     history = text(page, "#history")
     assert "envelope.stored" in history and "ref.created" in history, history
+    # The summary card leads: the signer by its label and owner, the graft evidence, the commands.
+    summary = text(page, "#summary")
+    assert KEY_LABEL in summary and f"owned by {WRITER}" in summary, summary
+    assert "by 1 host (1 receipt)" in summary, summary  # gina's graft ran without --check
+    card, receipts_box = page.locator("#summary").bounding_box(), page.locator("#receipts").bounding_box()
+    assert card["y"] < receipts_box["y"] < page.locator("#solution").bounding_box()["y"]
+    assert page.locator("#summary code", has_text="kvreg graft").count() == 1
+    # The chunk-sharing bar: an image with a text alternative, drawn with the page's colours.
+    bar = page.locator("#chunk-map svg.chunk-bar[role=img]")
+    assert bar.count() == 1 and bar.is_visible()
+    assert "shared with" in (bar.locator("title").first.text_content() or "")
+    fill = bar.locator("rect").first.evaluate("e => getComputedStyle(e).fill")
+    assert fill and fill != "none" and fill != "rgb(0, 0, 0)", fill
     clean(page)
+
+
+def test_artifact_page_fits_a_phone(phone: Any, server: Seeded, shot: Any) -> None:
+    for name in ("p07", "p07x"):
+        visit(phone, server.artifact_path(name))
+        no_horizontal_scroll(phone)
+        assert phone.locator("#summary").is_visible()
+    shot(phone, "artifact-phone")
+    clean(phone)
 
 
 def test_compare_counts_the_shared_prefix(page: Any, server: Seeded, shot: Any) -> None:

@@ -166,6 +166,34 @@ def test_engine_defaults_known_before_torch_match_the_engine():
     assert defaults.profile == engine_options.DEFAULT_PROFILE
 
 
+def _demo_pages_show_the_receipts(workdir: Path, reg: dict, fw: dict) -> None:
+    """The demo's registry, served in process: its artifact pages lead with the receipts it was sent."""
+    from fastapi.testclient import TestClient
+
+    from kvreg.remote.remotes import Credentials
+    from kvreg.store.home import Home
+    from kvreg_registry.app import create_app
+    from kvreg_registry.settings import Settings
+    from web.helpers import sign_in
+
+    app = create_app(Settings(data_dir=Path(reg["data"])))
+    with TestClient(app, base_url="http://testserver") as client:
+        # The flywheel's library is public: anyone sees who grafted its artifacts.
+        ref = fw["receipts"][0]["ref"]
+        page = client.get(f"/ns/{ref.split('/')[0]}/refs/{ref.split('/', 1)[1]}")
+        assert page.status_code == 200, page.text
+        assert "Grafted by 1 host</h2>" in page.text and "demo signer" in page.text
+        assert "kvreg&#39;s bundled addition model" in page.text  # not just "model"
+        # demo/p07 is private: its reader signs in with the token the second home logged in with.
+        auth = Credentials(Home(Path(reg["second_home"])), environ={}).auth_for(reg["remote"])
+        assert auth is not None
+        sign_in(client, auth.token)
+        page = client.get("/ns/demo/refs/p07")
+        assert page.status_code == 200, page.text
+        assert "Grafted by 1 host</h2>" in page.text and "1 receipt: 1 byte-exact." in page.text
+        assert f'href="/audit/entries/{reg["receipt"]["log_index"]}"' in page.text
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
     workdir = tmp_path / "demo"
@@ -228,6 +256,11 @@ def test_demo_runs_end_to_end(tmp_path):
     assert reg["byte_exact"] is True and check["byte_exact"] is True
     assert check["sha256_equal_steps"] == check["steps"] == 32
     assert (workdir / "second-home" / "refs" / "demo" / "p07").is_file()
+    # ... and sends its graft receipt, signed with the demo key, stored with an audit entry.
+    receipt = reg["receipt"]
+    assert receipt["ref"] == "demo/p07" and receipt["digest"] == push["digest"]
+    assert receipt["byte_exact"] is True and receipt["created"] is True
+    assert receipt["signer"] == reg["bootstrap"]["key_id"] and receipt["log_index"] > 0
     # Pushing again sends nothing; the longer artifact sends only its new chunks, both ways.
     assert again["objects_sent"] == 0 and again["bytes_sent"] == 0 and again["ref_changed"] is False
     longer_push, longer_pull = reg["push_longer"], reg["pull_longer"]
@@ -250,11 +283,18 @@ def test_demo_runs_end_to_end(tmp_path):
     assert m["byte_exact_passed"] == m["byte_exact_checks"] == 6
     assert m["repeat_decoded_tokens_after"] == 1.0
     assert m["fetched_bytes"] > 0  # the asking home had nothing: it pulled what it grafted
+    # The second exam's checked grafts send their receipts, byte-exact, one per knowledge graft.
+    assert len(fw["receipts"]) == m["knowledge_grafts"] == 4
+    assert all(r["byte_exact"] is True and r["ref"].startswith("flywheel/") for r in fw["receipts"])
+    assert fw["host"]["config_fingerprint"] == fw["config_fingerprint"]
     asking = Path(fw["registry"]["asking_home"])
     assert asking == workdir / "flywheel-home"
     assert sorted(p.name for p in (asking / "refs" / "flywheel").iterdir()) == sorted(
         r.split("/", 1)[1] for r in fw["library"]["refs"]
     )
+
+    # The registry the demo leaves behind shows that evidence on the artifact pages.
+    _demo_pages_show_the_receipts(workdir, reg, fw)
 
     # The human-readable rendering of the same report.
     from rich.console import Console
@@ -267,8 +307,11 @@ def test_demo_runs_end_to_end(tmp_path):
     assert "6. share through a registry" in text
     assert "push demo/p07 again" in text
     assert "graft in the second home with --check: byte-exact, 32/32" in text
+    sent = f"graft receipt sent for demo/p07 (byte-exact, signed with the demo key): receipt {receipt['id']}"
+    assert sent in text
     assert "7. the verified-knowledge flywheel" in text
     assert "byte-exact checks" in text and "6/6 passed" in text
+    assert "the asking home sent 4 graft receipts (4 byte-exact) to the registry" in text
     assert "kvreg serve --data" in text
     assert "demo passed" in text
 

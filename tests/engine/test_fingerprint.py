@@ -99,3 +99,11 @@ def test_config_records_versions_capability_and_flags() -> None:
     assert fields["cpu_capability"] in {"DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX", "NEON", "SVE256"}
     assert fields["deterministic_algorithms"] is True and fields["tf32"] is False
     assert set(fields["environment"]) >= {"ATEN_CPU_CAPABILITY", "MKL_CBWR"}
+
+
+def test_manifests_name_the_bundled_flywheel_model_not_model(tmp_path: Path) -> None:
+    from kvreg.engine.flywheel.model import MODEL_NAME, model_path
+    from kvreg.engine.runtime import model_name
+
+    assert model_path().name == "model" and model_name(model_path()) == MODEL_NAME == "kvreg-addition"
+    assert model_name(tmp_path / "SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"

@@ -39,9 +39,29 @@ def test_first_setup_and_every_group(tmp_path: Path) -> None:
     users = json.loads(admin(data, "--json", "user", "list").stdout)["users"]
     assert {u["user"]: u["roles"] for u in users}["bob"] == {"aime25": "write"}
     key = SigningKey.generate().public_key
-    admin(data, "key", "add", "aime25", key.to_text())
+    added = json.loads(
+        admin(
+            data, "--json", "key", "add", "aime25", key.to_text(), "--label", "CI signer", "--owner", "bob"
+        ).stdout
+    )
+    assert added["label"] == "CI signer" and added["owner"] == "bob" and added["log_index"] > 0
     keys = json.loads(admin(data, "--json", "key", "list", "aime25").stdout)["keys"]
-    assert keys == [{"keyid": key.keyid, "public_key": key.to_text(), "revoked": False}]
+    assert keys == [
+        {
+            "keyid": key.keyid,
+            "public_key": key.to_text(),
+            "label": "CI signer",
+            "owner": "bob",
+            "log_index": added["log_index"],
+            "revoked": False,
+        }
+    ]
+    other = SigningKey.generate().public_key
+    admin(data, "key", "add", "aime25", other.to_text())  # no label: the owner is kvreg-admin
+    keys = json.loads(admin(data, "--json", "key", "list", "aime25").stdout)["keys"]
+    assert (keys[1]["label"], keys[1]["owner"]) == ("", "kvreg-admin")
+    listing = admin(data, "key", "list", "aime25").stdout
+    assert "CI signer" in listing and "bob" in listing
     admin(data, "key", "revoke", "aime25", key.keyid)
     admin(data, "token", "revoke", str(token["id"]))
     report = json.loads(admin(data, "--json", "gc", "--grace-seconds", "0").stdout)

@@ -105,6 +105,7 @@ class Library:
         verdict: str | None = "pass",
         verifier: str = "exact-match",
         model_name: str = "tiny-llama",
+        tokenizer_fp: Digest = TOKENIZER_FP,
         token: str | None = None,
     ) -> Published:
         """Publish the artifact of ``text`` (one token a word) at ``ref``, as ``token``."""
@@ -119,7 +120,7 @@ class Library:
             block_size=block_size,
             model_fp=MODEL_FP,
             model_name=model_name,
-            tokenizer_fp=TOKENIZER_FP,
+            tokenizer_fp=tokenizer_fp,
             config_fp=CONFIG_FP,
             config_fields={"threads": 1, "dtype": "float32"},
             verdict=verdict,

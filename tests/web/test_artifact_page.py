@@ -242,7 +242,13 @@ def test_graft_receipts_are_listed(library: Library) -> None:
     send_receipt(library, p, grafter, library.key, witness="fail", check=None, time="2026-11-30T08:00:00Z")
     page = get_ok(library, page_url(p))
     receipts = section(page, "receipts")
-    assert "2 receipts." in text_of(receipts)
+    # One host configuration sent both; only the first carried a check (byte-exact).
+    assert text_of(receipts).startswith("Grafted by 1 host 2 receipts: 1 byte-exact, 1 without a check.")
+    assert (
+        'href="#receipts">by 1 host</a> (2 receipts): 1 byte-exact, 1 without the byte-exact check'
+        in section(page, "summary")
+    )
+    assert 'id="badge-byte-exact">byte-exact on 1 host</span>' in page
     rows = re.findall(r'<tr class="receipt">(.*?)</tr>', receipts, re.S)
     assert len(rows) == 2
     newest, first = text_of(rows[0]), text_of(rows[1])
@@ -252,8 +258,142 @@ def test_graft_receipts_are_listed(library: Library) -> None:
     assert "unregistered key" in first
     assert "fail" in newest and "registered key" in newest and "unregistered" not in newest
     assert '<span class="badge bad">fail</span>' in rows[0]
+    assert "32/32 steps" in first and "cpu" in first
+    # Each receipt links to itself in the API and to its audit entry.
+    listed = library.api("GET", f"/namespaces/{ns}/receipts").json()["receipts"]
+    sign_in(library.client, library.admin_token)
+    for r, row in zip(listed, rows, strict=True):
+        assert f'href="/api/v1/namespaces/{ns}/receipts/{r["id"]}"' in row
+        assert f'href="/audit/entries/{r["log_index"]}"' in row
+        assert library.client.get(f"/audit/entries/{r['log_index']}").status_code == 200
     history = text_of(section(page, "history"))
     assert history.count("graft.receipt") == 2
+
+
+def labelled_namespace(library: Library, label: str, owner: str | None = None) -> tuple[str, SigningKey]:
+    """A namespace whose signing key is registered with ``label`` (and ``owner``); and that key."""
+    ns = library.namespace()
+    r = library.api("DELETE", f"/namespaces/{ns}/keys/{library.key.public_key.keyid}")
+    assert r.status_code == 200, r.text
+    key = SigningKey.generate()
+    body: dict[str, Any] = {"public_key": key.public_key.to_text(), "label": label}
+    if owner is not None:
+        body["owner"] = owner
+    r = library.api("POST", f"/namespaces/{ns}/keys", json=body)
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["label"] == label.strip() and out["log_index"] is not None
+    return ns, key
+
+
+def test_the_summary_card_names_verdict_signer_uploader_model_and_commands(library: Library) -> None:
+    ns, key = labelled_namespace(library, "CI signer", owner="alice")
+    library.key, old_key = key, library.key
+    try:
+        p = library.publish(ns, "p07", LONG, title="Problem 7")
+    finally:
+        library.key = old_key
+    page = get_ok(library, page_url(p))
+    card = section(page, "summary")
+    text = text_of(card)
+    assert "Verdict pass" in text and "Verifier exact-match other artifacts it checked" in text
+    assert 'href="/?verifier=exact-match"' in card and 'href="/?model=tiny-llama"' in card
+    found = get_ok(library, "/?verifier=exact-match")
+    assert "Problem 7" in found
+    assert "Signed by CI signer owned by alice verified" in text
+    keys = library.api("GET", f"/namespaces/{ns}/keys").json()["keys"]
+    entry = next(k for k in keys if k["keyid"] == key.public_key.keyid)["log_index"]
+    assert (
+        f'href="/ns/{ns}#keys"' in card and f'href="/audit/entries/{entry}">audit entry {entry}</a>' in card
+    )
+    sign_in(library.client, library.admin_token)
+    assert library.client.get(f"/audit/entries/{entry}").status_code == 200
+    assert re.search(
+        r'id="summary-stored-by">root, .*?<a href="/audit/entries/\d+">audit entry \d+</a>', card
+    )
+    # The model by its name, architecture and size, not only a fingerprint.
+    assert re.search(r"Model tiny-llama LlamaForCausalLM, \d+ layers, \d+ KV heads × \d+, float32", text)
+    assert "of KV cache per token" in text
+    assert "Size 11 tokens in 3 chunks of 4 tokens" in text
+    # The copyable commands, before the details.
+    assert f"<code data-copy>kvreg pull REMOTE {ns}/p07</code>" in card
+    assert f"<code data-copy>kvreg graft {ns}/p07 --model MODEL --check --receipt REMOTE</code>" in card
+    assert "<code data-copy>kvreg ask --model MODEL --prompt-file question.txt --remote REMOTE" in card
+    assert page.index('id="summary"') < page.index('id="receipts"') < page.index('id="solution"')
+    assert page.index('id="solution"') < page.index('id="fingerprints"') < page.index('id="chunks"')
+    assert 'details class="config-details"' in section(page, "fingerprints")
+    # The signature section names the key too.
+    signature = text_of(section(page, "signature"))
+    assert "Label CI signer" in signature and "Owner alice" in signature
+    assert f"audit entry {entry}" in signature
+
+
+def test_a_hostile_key_label_is_escaped(library: Library) -> None:
+    hostile = '<script>alert("key")</script><img src=x onerror=alert(1)>'
+    ns, key = labelled_namespace(library, hostile)
+    library.key, old_key = key, library.key
+    try:
+        p = library.publish(ns, "p07", SHORT)
+    finally:
+        library.key = old_key
+    grafter = library.user({ns: "read"})
+    send_receipt(library, p, grafter, key)
+    page = get_ok(library, page_url(p))
+    assert '<script>alert("key")' not in page and "<img src=x" not in page
+    escaped = "&lt;script&gt;alert(&#34;key&#34;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"
+    assert escaped in section(page, "summary")
+    assert escaped in section(page, "receipts")
+    assert escaped in section(page, "signature")
+    # Owner defaults to the user who registered it (here the admin token's user).
+    assert "owned by root" in text_of(section(page, "summary"))
+
+
+def test_a_key_label_with_control_characters_is_refused(library: Library) -> None:
+    ns = library.namespace()
+    key = SigningKey.generate()
+    for body in (
+        {"public_key": key.public_key.to_text(), "label": "bad\u0007bell"},
+        {"public_key": key.public_key.to_text(), "owner": "Not A User"},
+    ):
+        r = library.api("POST", f"/namespaces/{ns}/keys", json=body)
+        assert r.status_code in (400, 422), r.text
+        assert r.json()["error"]["code"] in ("REQUEST_INVALID", "NAME_INVALID")
+    # Without a label (as before this field existed) the key is still registered, label "".
+    r = library.api("POST", f"/namespaces/{ns}/keys", json={"public_key": key.public_key.to_text()})
+    assert r.status_code == 201 and r.json()["label"] == "" and r.json()["owner"] == "root"
+
+
+def test_the_chunk_bar_shows_which_chunks_are_shared(library: Library) -> None:
+    ns = library.namespace()
+    base = library.publish(ns, "base", SHORT, title="Base")
+    longer = library.publish(ns, "longer", LONG, title="Longer")
+    page = get_ok(library, page_url(longer))
+    chunks = section(page, "chunks")
+    svg = re.search(r"<svg class=\"chunk-bar\" role=\"img\".*?</svg>", chunks, re.S)
+    assert svg is not None
+    bar = svg.group(0)
+    assert '<title id="chunk-bar-title">Longer: 2 of 3 chunks shared with other artifacts</title>' in bar
+    assert bar.count("<rect ") == 3
+    assert re.findall(r'<rect class="([a-z0-9-]+)"', bar) == ["seg-0", "seg-0", "seg-own"]
+    assert "#" not in bar.split("</desc>")[1]  # colours come from CSS classes, not from the SVG
+    legend = [
+        text_of(li).replace(" :", ":") for li in re.findall(r'<li class="chunk-run">(.*?)</li>', chunks, re.S)
+    ]
+    assert legend == [
+        f"chunks 0–1 (tokens 0–8): shared with {ns}/Base",
+        "chunk 2 (tokens 8–11): only in this artifact",
+    ]
+    assert f'href="{page_url(base)}"' in chunks
+
+
+def test_the_chunk_bar_escapes_titles(library: Library) -> None:
+    ns = library.namespace()
+    library.publish(ns, "base", SHORT, title='<b>base</b> & "x"')
+    longer = library.publish(ns, "longer", LONG, title="<i>long</i>")
+    bar = section(get_ok(library, page_url(longer)), "chunks")
+    assert "<b>base" not in bar and "<i>long" not in bar
+    assert "&lt;i&gt;long&lt;/i&gt;: 2 of 3 chunks" in bar
+    assert "&lt;b&gt;base&lt;/b&gt; &amp; &#34;x&#34;" in bar
 
 
 def test_a_private_artifact_is_hidden_until_sign_in(library: Library) -> None:
@@ -370,11 +510,12 @@ def test_the_number_of_queries_does_not_grow_with_the_library(library: Library, 
     big_base = _library_of(big_library, 30, 60)
 
     small, page = _statements(library, page_url(small_base))
-    assert "3 receipts." in page and "shared with 1 other artifact." in page  # public ones only
+    assert "3 receipts: 3 byte-exact." in page and "shared with 1 other artifact." in page  # public only
     # object.held, envelope.stored, ref.created and the 3 receipts' graft.receipt entries.
     assert len(re.findall(r'<tr class="entry">', page)) == 6
     big, page = _statements(big_library, page_url(big_base))
-    assert "60 receipts; the newest 50 are shown." in page
+    assert "60 receipts: 60 byte-exact; the newest 50 are shown." in page
+    assert "Grafted by 1 host</h2>" in page  # counted over all 60, not only those shown
     assert "shared with 15 other artifacts." in page
     assert page.count("extended by ") == 15
     assert len(re.findall(r'<tr class="entry">', page)) == 50  # history capped
@@ -408,7 +549,7 @@ def test_the_pages_on_postgresql(tmp_path: Path) -> None:
             assert "Hidden" not in page
             relations = text_of(section(page, "prefix-relations"))
             assert f"extends {public}/Short one (2 shared blocks) — proof checked" in relations
-            assert "1 receipt." in text_of(section(page, "receipts"))
+            assert "1 receipt: 1 byte-exact." in text_of(section(page, "receipts"))
             assert len(re.findall(r'<tr class="entry">', section(page, "history"))) == 4
             sign_in(lib.client, lib.user({private: "read"}))
             page = get_ok(lib, page_url(short))

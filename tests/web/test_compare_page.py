@@ -88,12 +88,58 @@ def test_texts_that_diverge_inside_a_block(library: Library) -> None:
     blocks = text_of(section(page, "shared-blocks"))
     # Block 0 (a b c d) is shared; block 1 (e f x y / e f g h) is not: no prefix to prove.
     assert blocks.startswith("Shared blocks 1 leading full block in common (of 2 full blocks")
-    assert "are not a prefix" in blocks and "chunk 1 differs" in blocks
+    assert "They part at block 1: the first block is the same KV cache, then they differ" in blocks
+    assert "neither is a prefix of the other. That is normal for two different texts." in blocks
+    assert "not a prefix: not a prefix" not in blocks and "chunk 1 differs" not in blocks
+    assert 'class="proof note"' in section(page, "shared-blocks")  # neutral, not alarm red
     assert "6 leading token ids in common" in text_of(section(page, "shared-tokens"))
     divergence = section(page, "divergence")
     assert "agree on their first 12 characters" in text_of(divergence)
     assert pres(divergence, "context") == "a b c d e f "
     assert pres(divergence, "after-a") == "x y z" and pres(divergence, "after-b") == "g h"
+    headings = [text_of(h) for h in re.findall(r"<h3>(.*?)</h3>", divergence, re.S)]
+    assert headings == [
+        "The text they share, up to where they part",
+        "How the first text goes on (One)",
+        "How the second text goes on (Two)",
+    ]
+    assert "Then " not in text_of(divergence)
+
+
+def test_blocks_that_differ_from_the_first_say_so_plainly(library: Library) -> None:
+    ns = library.namespace()
+    library.publish(ns, "one", "x b c d e f g h", title="One")
+    library.publish(ns, "two", "a b c d e f g h", title="Two")
+    page = compare(library, f"{ns}/one", f"{ns}/two")
+    blocks = section(page, "shared-blocks")
+    assert "They part at block 0: their first blocks already differ" in text_of(blocks)
+    assert "bad" not in blocks and "not a prefix:" not in blocks
+
+
+def test_different_tokenizers_do_not_count_token_ids(library: Library) -> None:
+    from kvreg.core.digest import Digest
+
+    ns = library.namespace()
+    library.publish(ns, "one", LONG, title="One")
+    library.publish(ns, "two", LONG, title="Two", tokenizer_fp=Digest.of_bytes(b"another tokenizer"))
+    page = compare(library, f"{ns}/one", f"{ns}/two")
+    tokens = section(page, "shared-tokens")
+    assert 'id="tokenizers-differ"' in tokens
+    assert "The tokenizers differ" in text_of(tokens) and "not compared" in text_of(tokens)
+    assert "leading token id" not in text_of(tokens)
+    assert 'id="incompatible" class="note"' in page and "tokenizers differ: no shared KV" in page
+    assert "the texts are identical" in text_of(section(page, "divergence"))
+
+
+def test_the_model_is_named_with_its_architecture_and_size(library: Library) -> None:
+    ns = library.namespace()
+    library.publish(ns, "one", SHORT, model_name="model")
+    library.publish(ns, "two", SHORT, model_name="smollm2")
+    page = compare(library, f"{ns}/one", f"{ns}/two")
+    models = [text_of(m) for m in re.findall(r'<dd class="model">(.*?)</dd>', page, re.S)]
+    assert models[0].startswith("unnamed Llama model LlamaForCausalLM, ")
+    assert models[1].startswith("SmolLM2-135M-Instruct LlamaForCausalLM, ")
+    assert all("layers" in m and "KV heads" in m and "sha256:" in m for m in models)
 
 
 def test_identical_texts_in_two_namespaces(library: Library) -> None:

@@ -193,8 +193,22 @@ def _render_registry(console: Console, g: dict[str, Any]) -> None:
         f"the pushed one, signature verified (signer {escape(str(g['pull']['signer'])[:19])}…)\n"
         f"   graft in the second home with --check: {state}, {c['sha256_equal_steps']}/{c['steps']} "
         f"SHA-256-equal steps, max KL {c['max_kl']:.3g}\n"
+        f"{_receipt_line(g)}"
         f"   the registry stores {g['stored']['objects']} objects ({_size(g['stored']['bytes'])}) for both "
         f"artifacts ({_seconds(g['seconds'])} for this act)\n"
+    )
+
+
+def _receipt_line(g: dict[str, Any]) -> str:
+    """The graft receipt the second home sent (registry id and audit entry), as one line."""
+    r = g.get("receipt")
+    if r is None:
+        return ""
+    exact = "byte-exact" if r["byte_exact"] else "[red]NOT byte-exact[/red]"
+    entry = f"audit entry {r['log_index']}" if r["log_index"] is not None else "stored already"
+    return (
+        f"   graft receipt sent for {escape(r['ref'])} ({exact}, signed with the demo key): receipt "
+        f'{r["id"]}, {entry}; the artifact page shows it under "Grafted by"\n'
     )
 
 
@@ -234,6 +248,13 @@ def _render_flywheel(console: Console, r: dict[str, Any]) -> None:
             f"to {escape(g['url'])}; the second exam ran in {escape(g['asking_home'])}, which fetched "
             f"{_size(m['fetched_bytes'])} on demand"
         )
+        sent = f.get("receipts")
+        if sent:
+            exact = sum(1 for r in sent if r["byte_exact"])
+            console.print(
+                f"   the asking home sent {len(sent)} graft receipt{'' if len(sent) == 1 else 's'} "
+                f"({exact} byte-exact) to the registry: each artifact's page shows who grafted it"
+            )
         console.print(
             "\n[bold]browse the library[/bold] (with --workdir or --keep, after the demo):\n"
             f"   kvreg serve --data {escape(g['data'])}\n"

@@ -29,6 +29,8 @@ from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingW
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError
 from kvreg.engine.fingerprint import load_config_json, model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.flywheel.model import MODEL_DIR as BUNDLED_MODEL_DIR
+from kvreg.engine.flywheel.model import MODEL_NAME as BUNDLED_MODEL_NAME
 from kvreg.engine.pinned import DTYPES, EngineSettings, PinnedConfig
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,13 @@ class LoadedModel:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+
+def model_name(path: Path) -> str:
+    """The name a manifest gives the model in ``path``: its folder's name, except for the bundled
+    flywheel model, whose folder is just ``model/``."""
+    resolved = path.resolve()
+    return BUNDLED_MODEL_NAME if resolved == BUNDLED_MODEL_DIR else resolved.name
 
 
 def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
@@ -119,7 +128,7 @@ def load_model(
     # transformers wraps .to() in a decorator whose signature mypy misreads as taking the model
     model.to(config.device)  # type: ignore[arg-type]
     model.eval()
-    info = model_info(model, path.resolve().name, settings.dtype)
+    info = model_info(model, model_name(path), settings.dtype)
     return LoadedModel(path, model, tokenizer, config, model_fp, tokenizer_fp, info)
 
 

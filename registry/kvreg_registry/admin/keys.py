@@ -24,16 +24,32 @@ def key_add(
         str,
         typer.Argument(metavar="PUBKEY", help="'ed25519:<base64>' (kvreg keys export) or a .pub/PEM file."),
     ],
+    label: Annotated[
+        str, typer.Option("--label", help="A human name for the key, shown where it signs ('CI signer').")
+    ] = "",
+    owner: Annotated[
+        str | None,
+        typer.Option("--owner", help="The user the key belongs to (default: kvreg-admin, who registers it)."),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Accept envelopes signed by PUBKEY in NAMESPACE."""
     out = output.get(ctx, json_output)
     public = read_public_key(pubkey)
     with write_session(ctx) as s:
-        accounts.register_key(s, ACTOR, namespace, public.to_text())
+        row = accounts.register_key(s, ACTOR, namespace, public.to_text(), label=label, owner=owner)
+        doc: dict[str, Any] = {
+            "namespace": namespace,
+            "keyid": public.keyid,
+            "public_key": public.to_text(),
+            "label": row.label,
+            "owner": row.owner,
+            "log_index": row.log_seq,
+        }
+        named = f" ({escape(row.label)})" if row.label else ""
     out.result(
-        {"namespace": namespace, "keyid": public.keyid, "public_key": public.to_text()},
-        lambda c: c.print(f"[green]registered[/green] {public.keyid} for {escape(namespace)}"),
+        doc,
+        lambda c: c.print(f"[green]registered[/green] {public.keyid}{named} for {escape(namespace)}"),
     )
 
 
@@ -44,14 +60,27 @@ def key_list(ctx: typer.Context, namespace: str, json_output: JsonOpt = False) -
     with read_session(ctx) as s:
         ns = accounts.get_namespace(s, namespace)
         rows: list[dict[str, Any]] = [
-            {"keyid": k.keyid, "public_key": k.public_key, "revoked": k.revoked_at is not None}
+            {
+                "keyid": k.keyid,
+                "public_key": k.public_key,
+                "label": k.label,
+                "owner": k.owner,
+                "log_index": k.log_seq,
+                "revoked": k.revoked_at is not None,
+            }
             for k in accounts.list_keys(s, ns)
         ]
 
     def render(c: Any) -> None:
-        table = Table("keyid", "public key", "state")
+        table = Table("keyid", "label", "owner", "public key", "state")
         for r in rows:
-            table.add_row(r["keyid"], r["public_key"], "revoked" if r["revoked"] else "active")
+            table.add_row(
+                r["keyid"],
+                escape(r["label"]) or "–",
+                escape(r["owner"] or "–"),
+                r["public_key"],
+                "revoked" if r["revoked"] else "active",
+            )
         c.print(table)
 
     out.result({"namespace": namespace, "keys": rows}, render)

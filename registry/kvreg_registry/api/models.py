@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from kvreg_registry.api.params import (
     DIGEST_PATTERN,
+    KEY_LABEL_PATTERN,
     NAME_PATTERN,
     NAMESPACE_PATTERN,
     PUBLIC_KEY_PATTERN,
@@ -118,6 +119,18 @@ class KeyIn(Strict):
         description="ed25519:<base64 of 32 bytes>, as `kvreg keys export` prints",
         json_schema_extra=documented(PUBLIC_KEY_PATTERN),
     )
+    label: str = Field(
+        default="",
+        max_length=200,
+        description="a human name for the key, shown where it signs (optional)",
+        json_schema_extra=documented(KEY_LABEL_PATTERN),
+    )
+    owner: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the user the key belongs to (optional; default: the caller)",
+        json_schema_extra=documented(USER_PATTERN),
+    )
 
 
 class KeyOut(BaseModel):
@@ -125,6 +138,9 @@ class KeyOut(BaseModel):
     public_key: str
     created_at: str
     revoked_at: str | None
+    label: str = Field(default="", description="the key's human name ('' when none was given)")
+    owner: str | None = Field(default=None, description="the user the key belongs to")
+    log_index: int | None = Field(default=None, description="the audit entry that registered the key")
 
 
 class KeyList(BaseModel):

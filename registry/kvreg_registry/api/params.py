@@ -20,6 +20,8 @@ NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 NAME_PATTERN = r"^(?!.*[.][.])[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 USER_PATTERN = r"^(?!.*[.][.])[a-z0-9][a-z0-9._-]{0,63}$"
 PUBLIC_KEY_PATTERN = r"^ed25519:[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
+#: A signing key's label: any text without control characters (``services.accounts.KEY_LABEL_RE``).
+KEY_LABEL_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
 ETAG_PATTERN = r'^"?sha256:[0-9a-f]{64}"?$'
 #: ``YYYY-MM-DD`` or an ISO 8601 datetime, or empty (no bound); the route checks the calendar.
 TIME_PATTERN = (

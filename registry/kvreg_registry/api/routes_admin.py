@@ -36,6 +36,9 @@ def _key_out(k: SigningKey) -> m.KeyOut:
         public_key=k.public_key,
         created_at=iso(k.created_at) or "",
         revoked_at=iso(k.revoked_at),
+        label=k.label,
+        owner=k.owner,
+        log_index=k.log_seq,
     )
 
 
@@ -183,7 +186,9 @@ def list_keys(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -
 )
 def register_key(ns: NsPath, body: m.KeyIn, access: NamespaceAccess = Depends(namespace_access)) -> m.KeyOut:
     with access.write("admin") as (s, _namespace):
-        return _key_out(accounts.register_key(s, access.who, ns, body.public_key))
+        return _key_out(
+            accounts.register_key(s, access.who, ns, body.public_key, label=body.label, owner=body.owner)
+        )
 
 
 @router.delete(

@@ -160,7 +160,12 @@ class Role(Base):
 
 
 class SigningKey(Base):
-    """An Ed25519 public key whose signatures the namespace accepts on envelopes."""
+    """An Ed25519 public key whose signatures the namespace accepts on envelopes.
+
+    ``label`` is a human name for it ("CI signer", "alice's laptop"), ``owner`` who it
+    belongs to (by default the user who registered it), ``log_seq`` the audit entry
+    that registered it (NULL for keys registered before the entry was recorded here).
+    """
 
     __tablename__ = "signing_keys"
     __table_args__ = (
@@ -172,6 +177,9 @@ class SigningKey(Base):
     namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id", ondelete="CASCADE"))
     keyid: Mapped[str] = mapped_column(String(DIGEST_LEN))
     public_key: Mapped[str] = mapped_column(Text)
+    label: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    log_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
 

@@ -27,6 +27,9 @@ from kvreg_registry.auth import ROLE_RANK, Principal, expiry, generate_token, ha
 from kvreg_registry.db.engine import add_in_savepoint, rowcount
 from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, utcnow
 
+MAX_KEY_LABEL = 200
+#: A key label: no control characters (``api.params.KEY_LABEL_PATTERN`` publishes it).
+KEY_LABEL_RE = re.compile(r"[^\x00-\x1f\x7f-\x9f]*")
 _USER_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
 
 
@@ -230,7 +233,17 @@ def list_keys(session: Session, ns: Namespace, *, include_revoked: bool = True) 
     return list(session.scalars(stmt).all())
 
 
-def register_key(session: Session, principal: Principal, namespace: str, public_key_text: str) -> SigningKey:
+def register_key(
+    session: Session,
+    principal: Principal,
+    namespace: str,
+    public_key_text: str,
+    *,
+    label: str = "",
+    owner: str | None = None,
+) -> SigningKey:
+    """Accept envelopes signed by the key in ``namespace``; ``label`` names it, ``owner`` (default: the
+    caller) is who it belongs to. Both are shown wherever the key signs something."""
     ns = get_namespace(session, namespace)
     principal.require(session, ns, "admin")
     key = PublicKey.from_text(public_key_text)
@@ -244,15 +257,24 @@ def register_key(session: Session, principal: Principal, namespace: str, public_
             f"key {key.keyid} was revoked for {namespace!r}; a revoked key cannot be registered again",
             hint="generate a new key",
         )
-    row = SigningKey(namespace_id=ns.id, keyid=key.keyid, public_key=key.to_text())
+    if len(label) > MAX_KEY_LABEL or KEY_LABEL_RE.fullmatch(label) is None:
+        raise RequestInvalidError(
+            f"a key label is at most {MAX_KEY_LABEL} characters, none of them control characters",
+            hint='e.g. --label "CI signer"',
+        )
+    label = label.strip()
+    owner = principal.name if owner is None else validate_user_name(owner)
+    row = SigningKey(namespace_id=ns.id, keyid=key.keyid, public_key=key.to_text(), label=label, owner=owner)
     _add_unique(session, row, f"key {key.keyid} is registered for {namespace!r} already")
-    audit.append(
+    details = {"label": label, "owner": owner} if label or owner != principal.name else None
+    row.log_seq = audit.append(
         session,
         "key.registered",
         actor=principal.name,
         namespace=namespace,
         subjects=[key.keyid],
         new=key.to_text(),
+        details=details,
     )
     return row
 

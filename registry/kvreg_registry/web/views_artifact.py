@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, not_, select
+from sqlalchemy import and_, distinct, func, not_, select
 from sqlalchemy.orm import Session, aliased
 
 from kvreg.core.digest import Digest
@@ -42,9 +42,11 @@ from kvreg_registry.db.models import (
     AuditEntry,
     AuditSubject,
     EnvelopeObject,
+    GraftReceipt,
     Namespace,
     NamespaceObject,
     Ref,
+    SigningKey,
 )
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.services import accounts, envelopes, receipts
@@ -52,6 +54,8 @@ from kvreg_registry.services.search import visible_condition
 from kvreg_registry.storage.base import ObjectStorage
 from kvreg_registry.web.blobs import TextView, read_object, text_view
 from kvreg_registry.web.lookup import artifact_url, manifest_title, parse_manifest, readable_namespace
+from kvreg_registry.web.model_summary import ModelSummary, summarize
+from kvreg_registry.web.svg_chunks import ChunkMap, chunk_map
 
 MAX_TEXT_BYTES = 256 * 1024
 MAX_SHARED_ROWS = 500
@@ -62,16 +66,42 @@ MAX_RELATED = 50
 
 
 @dataclass(frozen=True)
+class KeyView:
+    """A key as the page names it: its label and owner, and the audit entry that registered it."""
+
+    keyid: str
+    label: str
+    owner: str | None
+    log_seq: int | None
+    revoked_at: Any
+    registered: bool  # a key of the namespace (revoked or not)
+
+    @property
+    def name(self) -> str:
+        """The label, else the start of the key id."""
+        return self.label or f"key {self.keyid[7:23]}…"
+
+
+def key_view(keys: dict[str, SigningKey], keyid: str) -> KeyView:
+    k = keys.get(keyid)
+    if k is None:
+        return KeyView(keyid, "", None, None, None, False)
+    return KeyView(keyid, k.label, k.owner, k.log_seq, k.revoked_at, True)
+
+
+@dataclass(frozen=True)
 class SignatureStatus:
     verified: bool
     keyid: str | None  # the key that verified it now
     signer_keyid: str  # the key that verified it at push time
     reason: str | None
+    signer: KeyView | None = None
 
 
 def signature_status(session: Session, ns: Namespace, row: EnvelopeRow) -> SignatureStatus:
     """The envelope's signature checked again now against the namespace's registered keys."""
     keys = accounts.list_keys(session, ns)
+    signer = key_view({k.keyid: k for k in keys}, row.signer_keyid)
     try:
         checked = envelopes.check_envelope(Digest(row.manifest_digest), bytes(row.envelope), keys, ns.name)
     except KvregError as exc:
@@ -79,8 +109,32 @@ def signature_status(session: Session, ns: Namespace, row: EnvelopeRow) -> Signa
         for key in keys:
             if key.keyid == row.signer_keyid and key.revoked_at is not None:
                 reason = f"the signer's key {key.keyid} was revoked on {key.revoked_at:%Y-%m-%d %H:%M UTC}"
-        return SignatureStatus(False, None, row.signer_keyid, reason)
-    return SignatureStatus(True, checked.signer.keyid, row.signer_keyid, None)
+        return SignatureStatus(False, None, row.signer_keyid, reason, signer)
+    return SignatureStatus(True, checked.signer.keyid, row.signer_keyid, None, signer)
+
+
+@dataclass(frozen=True)
+class GraftSummary:
+    """All the artifact's receipts in numbers (one aggregate query, not capped)."""
+
+    receipts: int
+    hosts: int  # distinct host configuration fingerprints
+    byte_exact: int  # receipts whose check was byte-exact
+    not_byte_exact: int  # receipts whose check was not
+    unchecked: int  # receipts without a check
+
+
+def graft_summary(session: Session, ns: Namespace, digest: str) -> GraftSummary:
+    cond = [GraftReceipt.namespace_id == ns.id, GraftReceipt.manifest_digest == digest]
+    total, hosts, exact, inexact = session.execute(
+        select(
+            func.count(),
+            func.count(distinct(GraftReceipt.host_fingerprint)),
+            func.count().filter(GraftReceipt.byte_exact.is_(True)),
+            func.count().filter(GraftReceipt.byte_exact.is_(False)),
+        ).where(*cond)
+    ).one()
+    return GraftSummary(total, hosts, exact, inexact, total - exact - inexact)
 
 
 @dataclass(frozen=True)
@@ -293,6 +347,10 @@ class ArtifactView:
     receipts_total: int
     history: list[HistoryEntry]
     history_capped: bool
+    grafts: GraftSummary
+    model: ModelSummary
+    chunk_map: ChunkMap
+    receipt_signers: dict[str, KeyView] = field(default_factory=dict)
     question: TextView | None = None
     solution: TextView | None = None
     config_fields: list[tuple[str, str]] = field(default_factory=list)
@@ -329,6 +387,9 @@ def artifact_view(session: Session, principal: Principal, ns_name: str, digest_t
         session, ns, digest=digest, limit=MAX_RECEIPTS, offset=0
     )
     entries, history_capped = history(session, ns, digest)
+    receipt_views = receipts.view(session, ns, receipt_rows)
+    shared = shared_chunks(session, principal, ns, digest, manifest)
+    keys = {k.keyid: k for k in accounts.list_keys(session, ns)}
     fields = [
         (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True))
         for k, v in sorted(manifest.config_fields.items())
@@ -341,13 +402,17 @@ def artifact_view(session: Session, principal: Principal, ns_name: str, digest_t
         title=title,
         refs=ref_rows,
         signature=signature_status(session, ns, row),
-        shared=shared_chunks(session, principal, ns, digest, manifest),
+        shared=shared,
         relations=relations,
         relations_capped=relations_capped,
-        receipts=receipts.view(session, ns, receipt_rows),
+        receipts=receipt_views,
         receipts_total=receipts_total,
         history=entries,
         history_capped=history_capped,
+        grafts=graft_summary(session, ns, str(digest)),
+        model=summarize(manifest.model),
+        chunk_map=chunk_map(manifest.chunks, shared.by_digest, title),
+        receipt_signers={v.row.signer_keyid: key_view(keys, v.row.signer_keyid) for v in receipt_views},
         config_fields=fields,
     )
 

@@ -30,6 +30,7 @@ from kvreg_registry.web.lookup import (
     readable_namespace,
     ref_digest,
 )
+from kvreg_registry.web.model_summary import ModelSummary, summarize
 
 MAX_TOKENS_BYTES = 4 * 1024 * 1024
 MAX_COMPARE_TEXT_BYTES = 1024 * 1024
@@ -58,6 +59,10 @@ class Side:
     @property
     def full_blocks(self) -> int:
         return self.manifest.token_count // self.manifest.block_size
+
+    @property
+    def model(self) -> ModelSummary:
+        return summarize(self.manifest.model)
 
 
 def parse_spec(value: str, what: str) -> tuple[str, str]:
@@ -104,7 +109,8 @@ class Comparison:
     comparable_blocks: int  # min of the two full-block counts
     proof_checked: bool | None  # None: no proof possible (fingerprints/block sizes differ)
     proof_problem: str | None
-    shared_tokens: int
+    diverging_block: int | None  # the first full block that differs (None: no proof, or a prefix)
+    shared_tokens: int  # 0 when the tokenizers differ (their ids are not comparable)
     tokens_partial: bool
     tokens_problem: str | None
     divergence: Divergence | None
@@ -140,19 +146,21 @@ def compare(storage: ObjectStorage, a: Side, b: Side) -> Comparison:
         except KvregError as exc:
             proof, problem = False, exc.message
 
-    a.tokens = tokens_a = read_object(storage, ma.tokens.digest, 4 * ma.token_count, MAX_TOKENS_BYTES)
-    b.tokens = tokens_b = read_object(storage, mb.tokens.digest, 4 * mb.token_count, MAX_TOKENS_BYTES)
-    tokens_problem = next(
-        (
-            f"the tokens of {s.title} cannot be read ({_why(blob)})"
-            for s, blob in ((a, tokens_a), (b, tokens_b))
-            if not blob.ok
-        ),
-        None,
-    )
     shared_tokens = 0
     tokens_partial = False
-    if tokens_problem is None:
+    tokens_problem: str | None = None
+    if same_tokenizer:  # ids of two tokenizers mean different things: nothing to count
+        a.tokens = tokens_a = read_object(storage, ma.tokens.digest, 4 * ma.token_count, MAX_TOKENS_BYTES)
+        b.tokens = tokens_b = read_object(storage, mb.tokens.digest, 4 * mb.token_count, MAX_TOKENS_BYTES)
+        tokens_problem = next(
+            (
+                f"the tokens of {s.title} cannot be read ({_why(blob)})"
+                for s, blob in ((a, tokens_a), (b, tokens_b))
+                if not blob.ok
+            ),
+            None,
+        )
+    if same_tokenizer and tokens_problem is None:
         # Little-endian uint32 ids: equal ids are equal 4-byte groups, so the common byte
         # prefix, floored to whole ids, is the common prefix of the id sequences.
         da, db = tokens_a.data, tokens_b.data
@@ -195,6 +203,7 @@ def compare(storage: ObjectStorage, a: Side, b: Side) -> Comparison:
         comparable_blocks=comparable,
         proof_checked=proof,
         proof_problem=problem,
+        diverging_block=shared if proof is False and shared < comparable else None,
         shared_tokens=shared_tokens,
         tokens_partial=tokens_partial,
         tokens_problem=tokens_problem,

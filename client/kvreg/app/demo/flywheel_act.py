@@ -18,6 +18,7 @@ from kvreg.app.flywheel.session import TASK_BLOCK_SIZES, default_model
 from kvreg.core.keys import SigningKey
 from kvreg.engine.pinned import EngineSettings
 from kvreg.engine.runtime import load_model
+from kvreg.remote.receipts import host_fields
 from kvreg.store.home import Home
 
 
@@ -55,4 +56,11 @@ def run_flywheel_act(
         )
     data["model"] = {"dir": str(model_dir), "fingerprint": str(lm.model_fp), **lm.info}
     data["config_fingerprint"] = str(lm.config.fingerprint)
+    # What a graft receipt says about this host (the registry act sends the exam's receipts).
+    data["host"] = host_fields(
+        config_fingerprint=str(lm.config.fingerprint),
+        model_fingerprint=str(lm.model_fp),
+        tokenizer_fingerprint=str(lm.tokenizer_fp),
+        config_fields=lm.config.fields,
+    )
     return data

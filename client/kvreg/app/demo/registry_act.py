@@ -6,9 +6,12 @@ then :meth:`~RegistryAct.run` adds the remote and logs in (an admin in the demo'
 home, a reader in a second, fresh home that trusts only the demo signer), pushes
 the solution, pulls it into the second home, grafts it there with the check,
 pushes it again (nothing is sent) and pushes and pulls the longer artifact (only
-its new chunks travel). :meth:`~RegistryAct.flywheel` runs the flywheel act over
-the same registry. Leaving the ``with`` block stops the server. Nothing here
-prints.
+its new chunks travel). The checked graft in the second home sends its graft receipt
+(signed with the demo key, as ``kvreg graft --check --receipt REMOTE`` signs with
+the host's key) with the reader's token, so the registry's artifact page shows the
+byte-exact evidence. :meth:`~RegistryAct.flywheel` runs the flywheel act over
+the same registry and sends a receipt for each checked graft of its second exam.
+Leaving the ``with`` block stops the server. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.pulling import PullReport, pull
 from kvreg.remote.pushing import PushReport, push
+from kvreg.remote.receipts import build_receipt, host_fields, send_receipt
 from kvreg.remote.remotes import Credentials, RemoteConfig
 from kvreg.store.artifacts import open_artifact, read_tokens
 from kvreg.store.home import Home
@@ -62,6 +66,74 @@ def _client(home: Home) -> RegistryClient:
     remote = RemoteConfig(home).get(REMOTE)
     auth = Credentials(home, environ={}).auth_for(REMOTE)
     return RegistryClient(remote.url, None if auth is None else auth.token, remote_name=REMOTE, retries=2)
+
+
+def _send_receipt(
+    client: RegistryClient, lm: LoadedModel, ref: RefName, digest: str, row: dict[str, Any], key: SigningKey
+) -> dict[str, Any]:
+    """Send the receipt of the checked graft ``row`` (a :func:`graft_row`) of ``ref``, signed with ``key``."""
+    receipt = build_receipt(
+        namespace=ref.namespace,
+        ref=ref.name,
+        digest=digest,
+        host=host_fields(
+            config_fingerprint=str(lm.config.fingerprint),
+            model_fingerprint=str(lm.model_fp),
+            tokenizer_fingerprint=str(lm.tokenizer_fp),
+            config_fields=lm.config.fields,
+        ),
+        witness="skipped" if row["probe"] is None else "pass",
+        check=row["check"],
+        graft={
+            "graft_tokens": row["graft_tokens"],
+            "prompt_tokens": row["prompt_tokens"],
+            "decoded_tokens": row["decoded_tokens"],
+            "whole": row["whole"],
+        },
+        key=key,
+    )
+    sent = send_receipt(client, receipt, key)
+    return {
+        **sent.to_dict(),
+        "ref": str(ref),
+        "digest": digest,
+        "byte_exact": receipt.byte_exact,
+        "signer": key.public_key.keyid,
+    }
+
+
+def _send_exam_receipts(
+    client: RegistryClient, asking: Home, report: dict[str, Any], key: SigningKey
+) -> list[dict[str, Any]]:
+    """A graft receipt for each checked graft of the flywheel's second exam, sent from the asking home.
+
+    The exam records, per answer, the artifact's ref, the tokens grafted and decoded and whether
+    every decode step had SHA-256-equal logits to a fresh computation; not whether a witness
+    probe ran (the receipt says ``skipped``) nor, for a graft that was not byte-exact, how many
+    steps were (the receipt leaves it out)."""
+    out: list[dict[str, Any]] = []
+    for answer in report["answers"]["after"]:
+        ref, exact = answer.get("artifact"), answer.get("byte_exact")
+        if answer.get("mode") == "off" or not ref or "/" not in ref or exact is None:
+            continue
+        artifact = open_artifact(asking, ref)
+        steps = int(answer["decoded_tokens"])
+        check: dict[str, Any] = {"byte_exact": bool(exact), "steps": steps}
+        if exact:
+            check["sha256_equal_steps"] = steps
+        receipt = build_receipt(
+            namespace=ref.split("/", 1)[0],
+            ref=ref.split("/", 1)[1],
+            digest=str(artifact.digest),
+            host=report["host"],
+            witness="skipped",
+            check=check if steps > 0 else None,
+            graft=None,
+            key=key,
+        )
+        sent = send_receipt(client, receipt, key)
+        out.append({**sent.to_dict(), "ref": ref, "byte_exact": receipt.byte_exact})
+    return out
 
 
 def _timed(report: PushReport | PullReport, started: float) -> dict[str, Any]:
@@ -128,6 +200,10 @@ class RegistryAct:
             "asking_home": str(asking.root),
             "data": str(self.data_dir),
         }
+        with _client(asking) as reader:
+            report["receipts"] = _send_exam_receipts(reader, asking, report, self.key)
+        if spec.task == "addition" and not all(r["created"] for r in report["receipts"]):
+            failures.append("the registry did not store every receipt of the flywheel's grafts")
         repeat, _ = spec.problems()
         if spec.task == "gsm8k" and repeat:
             # The first repeat question as `kvreg ask --chat --prompt-file` takes it (one user turn).
@@ -165,6 +241,8 @@ class RegistryAct:
             grafted = graft_row(
                 "pulled artifact", lm, outcome, decoded, check_graft(lm, outcome.plan, decoded)
             )
+            say(f"sending the graft receipt of {ref} to the registry (signed with the demo key)")
+            receipt = _send_receipt(reader, lm, ref, str(artifact.digest), grafted, key)
 
             say(f"pushing {ref} again")
             t = time.perf_counter()
@@ -180,6 +258,8 @@ class RegistryAct:
             failures.append("the pulled manifest digest differs from the pushed one")
         if not grafted["check"]["byte_exact"]:
             failures.append("the graft of the pulled artifact is not byte-exact")
+        if not receipt["created"] or receipt["log_index"] is None:
+            failures.append("the registry did not store the graft receipt as a new entry")
         if again["objects_sent"] != 0 or again["bytes_sent"] != 0:
             failures.append("pushing the same artifact again sent objects")
         if pushed_longer["objects_sent"] >= pushed_longer["objects_total"]:
@@ -209,6 +289,7 @@ class RegistryAct:
             "push": pushed,
             "pull": pulled,
             "graft": grafted,
+            "receipt": receipt,
             "second_push": again,
             "push_longer": pushed_longer,
             "pull_longer": pulled_longer,

@@ -37,6 +37,7 @@ def graft_row(
         "graft_tokens": plan.graft_tokens,
         "prefill_tokens": plan.prefill_tokens,
         "chunks_read": plan.chunks,
+        "whole": plan.whole,
         "decoded_tokens": len(decoded.tokens),
         "probe": outcome.probe,
         "timings": {k: round(v, 6) for k, v in outcome.timings.items()},

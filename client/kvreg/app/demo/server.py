@@ -165,11 +165,15 @@ def bootstrap(data_dir: Path, key: SigningKey) -> Tokens:
             accounts.create_user(s, ACTOR, ADMIN_USER, admin=True)
             admin_token = accounts.create_token(s, ACTOR, ADMIN_USER, label="kvreg demo").token
             accounts.create_namespace(s, ACTOR, NAMESPACE, description="kvreg demo")
-            accounts.register_key(s, ACTOR, NAMESPACE, key.public_key.to_text())
+            accounts.register_key(
+                s, ACTOR, NAMESPACE, key.public_key.to_text(), label="demo signer", owner=ADMIN_USER
+            )
             accounts.create_namespace(
                 s, ACTOR, FLYWHEEL_NAMESPACE, public=True, description="kvreg demo: the flywheel's library"
             )
-            accounts.register_key(s, ACTOR, FLYWHEEL_NAMESPACE, key.public_key.to_text())
+            accounts.register_key(
+                s, ACTOR, FLYWHEEL_NAMESPACE, key.public_key.to_text(), label="demo signer", owner=ADMIN_USER
+            )
             accounts.create_user(s, ACTOR, READER_USER)
             accounts.set_role(s, ACTOR, NAMESPACE, READER_USER, "read")
             reader_token = accounts.create_token(s, ACTOR, READER_USER, label="kvreg demo").token

@@ -13,6 +13,9 @@ from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 
+#: The name manifests give the bundled model (its folder is just ``model/``): registries show it.
+MODEL_NAME = "kvreg-addition"
+
 BLOCK_SIZE = 8  # a question is about 20 tokens: its full blocks find the artifact by key
 
 
