@@ -5,9 +5,11 @@ the header's links, the favicon."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from kvreg_registry.web.views_library import natural_key, prefix_edges
 
+from .conftest import open_library
 from .helpers import sign_in
 from .library import Library
 
@@ -131,3 +133,23 @@ def test_the_namespace_page_draws_the_prefix_lineage(library: Library) -> None:
     lone = library.namespace()
     library.publish(lone, "x", "nothing to extend", title="X")
     assert "No artifact here extends another" in library.client.get(f"/ns/{lone}").text
+
+
+def test_the_overview_the_lineage_and_the_namespace_list_on_postgresql(tmp_path: Path) -> None:
+    from services import fresh_pg_database
+
+    with fresh_pg_database() as url:
+        gen = open_library(tmp_path / "pg", database_url=url)
+        lib = next(gen)
+        try:
+            ns = lib.namespace("pg-team")
+            lib.publish(ns, "add-191-413", "one two three four five six seven eight", title="Short")
+            lib.publish(ns, "add-1467665", "one two three four five six seven eight nine ten", title="Long")
+            html = lib.client.get("/").text
+            assert '<strong id="stat-artifacts">2</strong>' in html and 'class="chart timeline"' in html
+            html = lib.client.get(f"/ns/{ns}").text
+            assert 'class="chart lineage"' in html
+            assert html.index("refs/add-191-413") < html.index("refs/add-1467665")
+            assert 'href="/ns/pg-team"' in lib.client.get("/ns").text
+        finally:
+            gen.close()
