@@ -28,8 +28,17 @@ def test_natural_key_orders_numbers_by_value() -> None:
 
 def test_prefix_edges_link_each_artifact_to_its_longest_prefix() -> None:
     keys = {"a": ["k0"], "b": ["k0", "k1"], "c": ["k0", "k1", "k2"], "d": ["x0"], "e": ["k0", "y1"]}
-    assert sorted(prefix_edges(keys)) == [("a", "b"), ("a", "e"), ("b", "c")]
-    assert prefix_edges({"a": ["k0"], "a2": ["k0"]}) == []  # the same blocks: not a prefix
+    full = {"a": 1, "b": 2, "c": 3, "d": 1, "e": 2}
+    tokens = {"a": 4, "b": 8, "c": 12, "d": 4, "e": 8}
+    assert sorted(prefix_edges(keys, full, tokens)) == [("a", "b"), ("a", "e"), ("b", "c")]
+    # The same blocks and length: not a prefix.
+    assert prefix_edges({"a": ["k0"], "a2": ["k0"]}, {"a": 1, "a2": 1}, {"a": 4, "a2": 4}) == []
+    # A partial last block does not count: "p" (one full block and a partial one) is a prefix
+    # of "px", which shares the full block and goes on differently.
+    keys = {"p": ["k0", "tail-p"], "px": ["k0", "k1", "k2"]}
+    assert prefix_edges(keys, {"p": 1, "px": 3}, {"p": 6, "px": 12}) == [("p", "px")]
+    # Without a full block there is nothing to graft.
+    assert prefix_edges({"s": ["t"], "l": ["t2", "k"]}, {"s": 0, "l": 2}, {"s": 2, "l": 8}) == []
 
 
 def test_the_namespace_list_shows_what_the_visitor_may_read(library: Library) -> None:

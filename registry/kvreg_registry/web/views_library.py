@@ -33,7 +33,7 @@ _DIGITS = re.compile(r"(\d+)")
 def natural_key(text: str) -> tuple[Any, ...]:
     """A sort key that orders runs of digits by value: ``add-191-413`` before ``add-1467665``."""
     parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p.casefold()) for p in _DIGITS.split(text) if p)
-    return (*parts, (2, 0, text))
+    return (parts, text)
 
 
 def _count_if(condition: Any) -> Any:
@@ -232,27 +232,32 @@ class LineageNode:
 @dataclass
 class Lineage:
     nodes: list[LineageNode]
-    # (parent digest, child digest): the child's first blocks are the parent's blocks (the parent
-    # is a prefix of the child), the parent being the longest such prefix among the nodes.
+    # (parent digest, child digest): the child is longer and starts with the parent's full blocks,
+    # the parent being the longest such prefix among the nodes (``prefix_edges``).
     edges: list[tuple[str, str]]
     considered: int
     capped: bool
 
 
-def prefix_edges(keys: dict[str, list[str]]) -> list[tuple[str, str]]:
-    """The immediate prefix relations between artifacts given their block keys in order.
+def prefix_edges(
+    keys: dict[str, list[str]], full: dict[str, int], tokens: dict[str, int]
+) -> list[tuple[str, str]]:
+    """The immediate prefix relations between artifacts, given their block keys in order, how
+    many of their blocks are full and their token counts.
 
-    ``A`` is a prefix of ``B`` when ``B`` has more blocks and its block ``len(A) - 1`` has
-    ``A``'s last key (keys chain their parents, so equal keys mean equal prefixes). Each child
-    gets one parent: its longest prefix; artifacts with the same keys are not related."""
+    ``B`` extends ``A`` when ``A`` has a full block, ``B`` has more tokens, and ``B``'s block
+    ``full[A] - 1`` has ``A``'s key there (keys chain their parents, so equal keys mean equal
+    tokens up to there): a host grafts ``A``'s full blocks and computes only the rest. Each
+    child gets one parent, its longest such prefix."""
     by_last: dict[tuple[int, str], list[str]] = {}
     for digest, ks in keys.items():
-        if ks:
-            by_last.setdefault((len(ks) - 1, ks[-1]), []).append(digest)
+        n = min(full.get(digest, 0), len(ks))
+        if n:
+            by_last.setdefault((n - 1, ks[n - 1]), []).append(digest)
     edges: list[tuple[str, str]] = []
     for child, ks in sorted(keys.items()):
-        for i in range(len(ks) - 2, -1, -1):
-            parents = by_last.get((i, ks[i]))
+        for i in range(len(ks) - 1, -1, -1):
+            parents = [p for p in by_last.get((i, ks[i]), []) if p != child and tokens[p] < tokens[child]]
             if parents:
                 edges.append((min(parents), child))
                 break
@@ -262,7 +267,7 @@ def prefix_edges(keys: dict[str, list[str]]) -> list[tuple[str, str]]:
 def lineage(session: Session, namespace_id: int) -> Lineage:
     """The prefix lineage of the ``LINEAGE_ARTIFACTS`` newest artifacts of a namespace: two queries."""
     envs = session.execute(
-        select(Envelope.manifest_digest, Envelope.title)
+        select(Envelope.manifest_digest, Envelope.title, Envelope.token_count, Envelope.block_size)
         .where(Envelope.namespace_id == namespace_id)
         .order_by(Envelope.created_at.desc(), Envelope.manifest_digest)
         .limit(LINEAGE_ARTIFACTS + 1)
@@ -270,6 +275,8 @@ def lineage(session: Session, namespace_id: int) -> Lineage:
     capped = len(envs) > LINEAGE_ARTIFACTS
     envs = envs[:LINEAGE_ARTIFACTS]
     titles = {r[0]: r[1] or "" for r in envs}
+    tokens = {r[0]: int(r[2]) for r in envs}
+    full = {r[0]: int(r[2]) // max(1, int(r[3])) for r in envs}
     keys: dict[str, list[str]] = {d: [] for d in titles}
     if titles:
         for digest, key in session.execute(
@@ -280,7 +287,7 @@ def lineage(session: Session, namespace_id: int) -> Lineage:
             .order_by(EnvelopeBlock.manifest_digest, EnvelopeBlock.block_index)
         ).all():
             keys[digest].append(key)
-    edges = prefix_edges(keys)
+    edges = prefix_edges(keys, full, tokens)
     related = {d for e in edges for d in e}
     nodes = [LineageNode(d, titles[d], len(keys[d])) for d in titles if d in related]
     return Lineage(nodes=nodes, edges=edges, considered=len(titles), capped=capped)
