@@ -19,8 +19,8 @@ from markupsafe import Markup, escape
 ROW = 26
 INDENT = 22
 LEFT = 10
-WIDTH = 640
-MAX_LABEL = 60
+WIDTH = 440  # drawn at this size on a desktop, scaled down to fit a phone
+MAX_LABEL = 44
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ def render(
     families = f"{roots} prefix famil{'y' if roots == 1 else 'ies'}"
     desc = f"{len(placed)} artifacts in {families}; a line joins a prefix to an artifact that extends it."
     parts = [
-        f'<svg class="chart lineage" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'<svg class="chart lineage" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" '
+        'role="img" '
         'aria-labelledby="lineage-title lineage-desc" preserveAspectRatio="xMinYMin meet">',
         f'<title id="lineage-title">{escape(title)}</title>',
         f'<desc id="lineage-desc">{escape(desc)}</desc>',

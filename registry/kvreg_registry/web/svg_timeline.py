@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-WIDTH = 640
-HEIGHT = 180
+WIDTH = 480  # drawn at this size on a desktop, scaled down to fit a phone
+HEIGHT = 160
 PAD_LEFT = 36
 PAD_RIGHT = 8
 PAD_TOP = 12
@@ -52,7 +52,8 @@ def render(days: list[tuple[str, int, int]], *, title: str = "Library growth and
         return base - plot_h * v / peak
 
     parts = [
-        f'<svg class="chart timeline" viewBox="0 0 {WIDTH} {HEIGHT}" role="img"'
+        f'<svg class="chart timeline" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}"'
+        ' role="img"'
         ' aria-labelledby="tl-title tl-desc" preserveAspectRatio="xMidYMid meet">',
         f'<title id="tl-title">{escape(title)}</title>',
         f'<desc id="tl-desc">{escape(describe(days))}</desc>',
