@@ -126,6 +126,12 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
         assert response is not None, path
         if response.status != status:
             problems.append(f"{name} {path}: status {response.status}, wanted {status}")
+        if name in wanted_shots:
+            if name == "audit":  # the entries, below the checkpoint
+                page.evaluate("document.getElementById('audit-entries').scrollIntoView()")
+            shot(page, wanted_shots[name], full_page=False)
+        # What is folded must fit and read as well: open every <details> before checking.
+        page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
         is_dark = page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
         assert is_dark == (scheme == "dark")
         sw, iw = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
@@ -139,10 +145,6 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
             problems.append(f"{name} {path}: scrolls sideways ({sw} > {iw}): {wide}")
         for failure in contrast_failures(page):
             problems.append(f"{name} {path}: contrast {failure}")
-        if name in wanted_shots:
-            if name == "audit":  # the entries, below the checkpoint
-                page.evaluate("document.getElementById('audit-entries').scrollIntoView()")
-            shot(page, wanted_shots[name], full_page=False)
         # The browser logs the status of an error page it was sent to on purpose; nothing else.
         expected = f"the server responded with a status of {status}"
         problems += [
