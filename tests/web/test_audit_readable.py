@@ -9,6 +9,7 @@ import re
 from sqlalchemy import select
 
 from kvreg_registry.db.models import AuditEntry
+from kvreg_registry.web.audit_groups import receipt_summary
 
 from .helpers import sign_in
 from .library import Library
@@ -85,3 +86,15 @@ def test_signed_out_visitors_read_the_entries_of_public_namespaces_only(library:
     sign_in(library.client, library.user())
     html, signed = shown(library)
     assert set(signed) > set(seqs) and "closed-team" in html
+
+
+def test_a_graft_receipt_entry_says_what_the_host_found() -> None:
+    digest = "sha256:" + "ab" * 32
+    doc = {"subjects": [digest], "new": {"ref": "team/p07", "check": {"byte_exact": True, "steps": 8}}}
+    names = {digest: "Problem seven"}
+    assert receipt_summary(doc, names) == "grafted “Problem seven” (team/p07): byte-exact over 8 steps"
+    doc["new"] = {"check": {"byte_exact": False, "steps": 8, "sha256_equal_steps": 3}}
+    assert receipt_summary(doc, {}) == "grafted sha256:abababababab…: NOT byte-exact (3 of 8 steps equal)"
+    doc["new"] = {"check": None}
+    assert receipt_summary(doc, names) == "grafted “Problem seven”: no logits check"
+    assert receipt_summary({"subjects": []}, names) is None

@@ -58,6 +58,28 @@ def titles(session: Session, rows: Iterable[EntryRow]) -> dict[tuple[str, str], 
     return {(n, d): t for n, d, t in found if t}
 
 
+def receipt_summary(doc: dict[str, Any] | None, names: dict[str, str]) -> str | None:
+    """A graft receipt in words: which artifact, and what the host's check found."""
+    new = (doc or {}).get("new")
+    digests = _digests(doc)
+    if not isinstance(new, dict) or not digests:
+        return None
+    title = names.get(digests[0])
+    what = f"“{title}”" if title else digests[0][:19] + "…"
+    ref = new.get("ref")
+    check = new.get("check")
+    if isinstance(check, dict) and "byte_exact" in check:
+        steps = check.get("steps")
+        result = (
+            f"byte-exact over {steps} steps"
+            if check.get("byte_exact")
+            else f"NOT byte-exact ({check.get('sha256_equal_steps')} of {steps} steps equal)"
+        )
+    else:
+        result = "no logits check"
+    return f"grafted {what}" + (f" ({ref})" if isinstance(ref, str) else "") + f": {result}"
+
+
 def _ref_of(doc: dict[str, Any] | None) -> str | None:
     details = (doc or {}).get("details")
     ref = details.get("ref") if isinstance(details, dict) else None
@@ -110,7 +132,9 @@ def group(rows: list[EntryRow], names: dict[tuple[str, str], str]) -> list[Group
     """The page's rows (newest first) as groups (newest first), each row summarized with titles."""
     for row in rows:
         own = {d: t for (n, d), t in names.items() if n == row.namespace}
-        row.summary = summarize(row.doc, own)
+        row.summary = (receipt_summary(row.doc, own) if row.type == "graft.receipt" else None) or summarize(
+            row.doc, own
+        )
     groups: list[_Open] = []
     for row in reversed(rows):  # oldest first: a push reads in order
         if not groups or _starts_new(groups[-1], row):
