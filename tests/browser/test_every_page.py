@@ -1,6 +1,7 @@
 """Every page of the web UI, at 1280 px and 390 px, light and dark, signed out, as a reader and
-as an admin: no sideways scroll, no console error, no 5xx, and WCAG AA contrast of every piece
-of text (``contrast.CHECK``: each text element's colour against its effective background).
+as an admin: no sideways scroll, no short word split over two lines, no console error, no 5xx,
+and WCAG AA contrast of every piece of text (``contrast.CHECK``: each text element's colour
+against its effective background).
 
 One context per (visitor, scheme, width), signed in once, then every page in turn; the
 desktop and phone runs of signed-out and admin visitors also take the screenshots of
@@ -108,6 +109,28 @@ def visit_as(browser: Any, server: Seeded, request: pytest.FixtureRequest) -> It
         ctx.close()
 
 
+# Short single words (a verdict, a model name, a count) that the browser split over two lines:
+# what "break-word on a normal word" looks like ("mo del", "pa ss").
+SPLIT_WORDS = r"""
+() => {
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    // Identifiers (code, digests, keys) may wrap anywhere; prose and labels may not.
+    if (n.parentElement.closest("code, pre, .digest, svg")) continue;
+    for (const m of n.textContent.matchAll(/(?<=^|[\s(“"'])[A-Za-z]{2,16}(?=$|[\s.,;:!?)”"'])/g)) {
+      const r = document.createRange();
+      r.setStart(n, m.index);
+      r.setEnd(n, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out.slice(0, 5);
+}
+"""
+
+
 def contrast_failures(page: Any) -> list[dict[str, Any]]:
     return list(page.evaluate(CONTRAST_CHECK))
 
@@ -143,6 +166,9 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
                   .slice(0, 3).map(e => e.tagName + '.' + e.className + ' ' + (e.id || ''))"""
             )
             problems.append(f"{name} {path}: scrolls sideways ({sw} > {iw}): {wide}")
+        split = page.evaluate(SPLIT_WORDS)
+        if split:
+            problems.append(f"{name} {path}: words split over two lines: {split}")
         for failure in contrast_failures(page):
             problems.append(f"{name} {path}: contrast {failure}")
         # The browser logs the status of an error page it was sent to on purpose; nothing else.
@@ -158,13 +184,15 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
 
 
 @pytest.mark.parametrize("visit_as", [("admin", "light", "desktop")], indirect=True)
-def test_the_contrast_check_fails_on_a_bad_colour(visit_as: Any, server: Seeded) -> None:
+def test_the_checks_fail_on_a_bad_colour_and_on_split_words(visit_as: Any, server: Seeded) -> None:
     page = visit_as[0]
     page.goto("/")
-    assert contrast_failures(page) == []
+    assert contrast_failures(page) == [] and page.evaluate(SPLIT_WORDS) == []
     page.evaluate("document.documentElement.style.setProperty('--muted', '#b0b0b0')")
     failures = contrast_failures(page)
     assert failures and all(f["ratio"] < 4.5 for f in failures), failures
+    page.evaluate("document.querySelector('main').style.cssText = 'width: 3rem; overflow-wrap: anywhere'")
+    assert page.evaluate(SPLIT_WORDS), "a column 3rem wide with overflow-wrap: anywhere splits words"
 
 
 @pytest.mark.parametrize("visit_as", [("admin", "dark", "phone")], indirect=True)
