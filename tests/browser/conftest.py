@@ -8,7 +8,8 @@
 - ``context``/``page``: a fresh context (cookies, storage) per test, 1280x900; ``phone`` is a
   390x844 touch context. Every dialog (``alert``...) a page opens is recorded in ``page.dialogs``
   and dismissed; every uncaught page error in ``page.errors``.
-- ``shot(page, name)``: a full-page screenshot ``name.png`` in the run folder,
+- ``shot(page, name, full_page=True)``: a screenshot ``name.png`` (the whole page, or the
+  window) in the run folder,
   ``$KVREG_SCREENSHOT_DIR`` or ``<repo>/.artifacts/screenshots`` (not committed;
   ``scripts/refresh-screenshots.sh`` copies a fresh set into docs/screenshots/).
 """
@@ -151,12 +152,14 @@ def phone(browser: Any, server: Seeded) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def shot() -> Callable[[Any, str], Path]:
+def shot() -> Callable[..., Path]:
     out = screenshot_dir()
 
-    def take(page: Any, name: str) -> Path:
+    def take(page: Any, name: str, *, full_page: bool = True) -> Path:
+        """``name.png``: the whole page, or with ``full_page=False`` what the window shows
+        (the pictures of docs/web-ui.md: smaller files)."""
         path = out / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=full_page)
         return path
 
     return take

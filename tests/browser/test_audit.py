@@ -1,7 +1,7 @@
 """The audit trail: ``/audit`` (entries, filters, checkpoint, export) and ``/audit/entries/{seq}``.
 
-The seeded registry keeps its log private (``KVREG_LOG_PUBLIC`` unset): entries are read
-signed in, here as the server admin.
+The seeded registry keeps its log private (``KVREG_LOG_PUBLIC`` unset): every entry is read
+signed in, here as the server admin; signed out, only the entries of public namespaces.
 """
 
 from __future__ import annotations
@@ -46,13 +46,39 @@ def _seqs(server: Seeded, kind: str, ns: str) -> set[str]:
     }
 
 
-def test_anonymous_visitors_read_no_entries(page: Any, server: Seeded) -> None:
-    page.goto("/audit")
-    assert page.locator("tr.entry").count() == 0
-    seq = server.audit_entries[0]["index"]
-    r = page.goto(f"/audit/entries/{seq}")
-    assert r is not None and r.status in (401, 403, 404), r.status if r else None
+def test_anonymous_visitors_read_the_entries_of_public_namespaces_only(page: Any, server: Seeded) -> None:
+    visit(page, "/audit?all=1")
+    rows = _rows(page)
+    namespaces = {row[4] for row in rows}
+    assert rows and namespaces <= {server.public_ns, server.paging_ns}, namespaces
+    assert page.locator("#entries-public-only").count() == 1
+    private = next(e for e in server.audit_entries if e["ref"].startswith(f"{server.private_ns}/"))
+    r = page.goto(f"/audit/entries/{private['index']}")
+    assert r is not None and r.status == 401, r.status if r else None
     assert page.locator("#entry").count() == 0
+    public = next(e for e in server.audit_entries if e["ref"].startswith(f"{server.public_ns}/"))
+    visit(page, f"/audit/entries/{public['index']}")
+    assert page.locator("#entry").count() == 1
+    clean(page)
+
+
+def test_the_default_view_shows_pushes_not_object_held_rows(page: Any, server: Seeded) -> None:
+    sign_in(page, server.admin_token)
+    visit(page, "/audit")
+    types = page.eval_on_selector_all(
+        "table#entries tr.entry td:nth-child(3)", "cs => cs.map(c => c.textContent)"
+    )
+    assert types and not {"object.held", "upload.opened", "upload.closed"} & {t.strip() for t in types}, types
+    groups = page.locator("tr.push-group summary")
+    assert groups.count() >= 4
+    headline = groups.first.text_content() or ""
+    assert headline.startswith("Pushed “"), headline
+    assert not page.locator("tr.push-group table.push-entries").first.is_visible()  # folded
+    groups.first.click()
+    assert page.locator("tr.push-group table.push-entries").first.is_visible()
+    visit(page, "/audit?all=1")
+    assert "object.held" in (page.locator("table#entries").text_content() or "")
+    clean(page)
 
 
 def test_audit_page_shows_the_pushes_and_a_verified_checkpoint(page: Any, server: Seeded, shot: Any) -> None:
@@ -115,7 +141,7 @@ def test_the_export_download_verifies_with_the_cli(page: Any, server: Seeded, tm
 
 def test_the_audit_pages_list_every_entry_once_newest_first(page: Any, server: Seeded) -> None:
     sign_in(page, server.admin_token)
-    visit(page, "/audit")
+    visit(page, "/audit?all=1")
     headers = [h.lower() for h in page.locator("table#entries th").all_text_contents()]
     col = next(i for i, h in enumerate(headers) if "seq" in h)
     seqs: list[int] = []

@@ -137,8 +137,10 @@ def test_server_admin_sees_every_section_and_form(library: Library) -> None:
         match = re.search(rf'<form id="{form}"[^>]*>', html)
         assert match is not None, form
         assert 'method="post"' in match.group(0)
-    # Every form carries the session's CSRF token, and none a token hash.
-    forms = html.count("<form")
+    # Every form that posts carries the session's CSRF token (the namespace filter GETs);
+    # none carries a token hash.
+    forms = len(re.findall(r'<form [^>]*method="post"', html))
+    assert forms == html.count("<form") - 1
     assert forms == len(re.findall(r'name="csrf" value="[^"]+"', html))
     with library.app_state.db.read() as s:
         hashes = s.scalars(select(ApiToken.token_hash)).all()
@@ -161,7 +163,7 @@ def test_admin_creates_a_namespace_and_toggles_its_visibility(library: Library) 
     assert entry["actor"] == "root" and entry["namespace"] == "evals"
 
     done(
-        post(client, "/admin/namespaces/evals/visibility", {"public": "1"}),
+        post(client, "/admin/namespaces/evals/visibility", {"public": "1", "confirm": "yes"}),
         "namespaces",
         "namespace-visibility",
     )
@@ -203,7 +205,7 @@ def test_a_new_token_is_shown_once_and_works(library: Library) -> None:
 
     # Revoking it from the page: the API refuses it from then on.
     token_id = entry["new"]["token_id"]
-    done(post(client, f"/admin/tokens/{token_id}/revoke", {}), "tokens", "token-revoked")
+    done(post(client, f"/admin/tokens/{token_id}/revoke", {"confirm": "yes"}), "tokens", "token-revoked")
     assert library.api("GET", "/whoami", token.group(1)).status_code == 401
     [revoked] = audit(library, "token.revoked")
     assert revoked["old"] == {"token_id": token_id} and revoked["actor"] == "root"
@@ -254,7 +256,11 @@ def test_admin_registers_and_revokes_a_signing_key(library: Library) -> None:
     )
     assert post(client, f"/admin/namespaces/{ns}/keys", {"public_key": "ed25519:nope"}).status_code == 400
 
-    done(post(client, f"/admin/namespaces/{ns}/keys/revoke", {"keyid": str(keyid)}), "keys", "key-revoked")
+    done(
+        post(client, f"/admin/namespaces/{ns}/keys/revoke", {"keyid": str(keyid), "confirm": "yes"}),
+        "keys",
+        "key-revoked",
+    )
     with library.app_state.db.read() as s:
         assert s.scalar(select(SigningKey.revoked_at).where(SigningKey.keyid == str(keyid))) is not None
     [entry] = audit(library, "key.revoked")
@@ -367,7 +373,11 @@ def test_admin_grants_and_removes_roles(library: Library) -> None:
     assert post(client, f"/admin/namespaces/{ns}/roles", {"user": "erin", "role": "owner"}).status_code == 400
     assert post(client, f"/admin/namespaces/{ns}/roles", {"user": "ghost", "role": "read"}).status_code == 404
 
-    done(post(client, f"/admin/namespaces/{ns}/roles/remove", {"user": "erin"}), "roles", "role-removed")
+    done(
+        post(client, f"/admin/namespaces/{ns}/roles/remove", {"user": "erin", "confirm": "yes"}),
+        "roles",
+        "role-removed",
+    )
     with library.app_state.db.read() as s:
         assert s.scalar(select(func.count()).select_from(Role)) == 0
     [entry] = audit(library, "role.removed")
@@ -567,14 +577,15 @@ def test_bounded_queries_with_2_and_20_namespaces(tmp_path: Any) -> None:
         try:
             _seed(library, n)
             count, html = _count(library, library.admin_token)
-            assert html.count('id="hold-place-') == n
-            assert html.count('<tr id="hold-') == 2 * n
-            assert html.count('aria-label="Revoke key') == 2 * n
+            shown = min(n, views_admin.NAMESPACES_PER_PAGE)  # one page of namespaces
+            assert html.count('id="hold-place-') == shown
+            assert html.count('<tr id="hold-') == 2 * shown
+            assert html.count('aria-label="Revoke key') == 2 * shown
             counts.append(count)
             # A namespace admin of every namespace: the same bound.
             admin_of_all = library.user({f"ns{i:03d}": "admin" for i in range(n)})
             count_ns_admin, html = _count(library, admin_of_all)
-            assert html.count('id="role-set-') == n
+            assert html.count('id="role-set-') == min(n, views_admin.NAMESPACES_PER_PAGE)
             counts.append(count_ns_admin)
         finally:
             gen.close()
@@ -593,8 +604,82 @@ def test_namespaces_are_paginated(library: Library) -> None:
     assert 'id="ns-next"' in first and 'id="ns-prev"' not in first
     second = admin_page(client, page=2)
     assert second.count('<tr id="ns-') == 3
-    assert 'id="ns-p027"' in second and 'id="ns-p000"' not in second
+    assert f'id="ns-p{n - 1:03d}"' in second and 'id="ns-p000"' not in second
     assert second.count('id="key-register-') == 3
     assert 'id="ns-prev"' in second
     # Out-of-range pages show the last page.
     assert admin_page(client, page=99).count('<tr id="ns-') == 3
+
+
+# --- confirmation of destructive actions, and the namespace filter (issue 16) ---------------------
+
+
+def _confirm_page(r: Any) -> str:
+    """The confirmation page a first post answers with: nothing done yet, a form to do it."""
+    assert r.status_code == 200, r.text
+    assert 'id="confirm"' in r.text and 'name="confirm" value="yes"' in r.text
+    assert 'id="confirm-cancel"' in r.text
+    return str(r.text)
+
+
+def _confirm(client: TestClient, html: str) -> Any:
+    """Submit the confirmation page's form with its fields, as the browser would."""
+    form = re.search(r'<form id="confirm"[^>]*action="([^"]+)"[^>]*>(.*?)</form>', html, re.S)
+    assert form is not None
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(2)))
+    return client.post(form.group(1), data=fields, follow_redirects=False)
+
+
+def test_destructive_actions_ask_for_confirmation_first(library: Library) -> None:
+    ns = library.namespace("lab", public=False)
+    library.api("POST", f"/namespaces/{ns}/keys", json={"public_key": library.key.public_key.to_text()})
+    erin = library.user({ns: "read"})
+    assert erin
+    client = browser(library, library.admin_token)
+    with library.app_state.db.read() as s:
+        session_token = s.scalar(select(ApiToken.id).order_by(ApiToken.id))
+        erins = s.scalar(select(ApiToken.id).order_by(ApiToken.id.desc()))
+    keyid = str(library.key.public_key.keyid)
+    steps = [
+        (f"/admin/namespaces/{ns}/visibility", {"public": "1"}, "namespace.visibility", "Make lab public?"),
+        (f"/admin/namespaces/{ns}/keys/revoke", {"keyid": keyid}, "key.revoked", "Revoke a signing key"),
+        (f"/admin/tokens/{erins}/revoke", {}, "token.revoked", f"Revoke token {erins}?"),
+    ]
+    with library.app_state.db.read() as s:
+        member = s.scalar(select(User.name).join(Role, Role.user_id == User.id))
+    steps.append(
+        (f"/admin/namespaces/{ns}/roles/remove", {"user": str(member)}, "role.removed", "Remove the role")
+    )
+    for path, data, kind, heading in steps:
+        before = snapshot(library)
+        html = _confirm_page(post(client, path, data))
+        assert heading in html, (path, heading)
+        assert snapshot(library) == before, f"{path} acted before it was confirmed"
+        assert 'id="confirm-warning"' not in html
+        r = _confirm(client, html)
+        assert r.status_code == 303 and "done=" in r.headers["location"], r.text
+        assert len(audit(library, kind)) == 1, kind
+
+    # The token in use: the confirmation says so; confirming signs this browser out.
+    html = _confirm_page(post(client, f"/admin/tokens/{session_token}/revoke", {}))
+    assert "This is the token this session signed in with" in html
+    _confirm(client, html)
+    assert client.get("/admin", follow_redirects=False).status_code == 303  # back to sign-in
+
+    # A confirmation still needs the CSRF token.
+    other = browser(library, library.user(admin=True))
+    r = post(other, f"/admin/namespaces/{ns}/visibility", {"public": "0", "confirm": "yes"}, csrf=None)
+    assert r.status_code == 403
+
+
+def test_the_namespace_filter_narrows_every_section(library: Library) -> None:
+    for name in ("alpha-lab", "beta-lab", "gamma"):
+        library.namespace(name, public=False)
+    client = browser(library, library.admin_token)
+    html = admin_page(client, ns="lab")
+    assert html.count('<tr id="ns-') == 2 and 'id="ns-gamma"' not in html
+    assert html.count('id="key-register-') == 2 and 'id="role-set-gamma"' not in html
+    assert 'value="lab"' in html and 'id="admin-ns-clear"' in html
+    html = admin_page(client, ns="nothing-like-it")
+    assert 'id="no-namespaces"' in html and "nothing-like-it" in html
+    assert 'href="/admin?ns=gamma#keys"' in admin_page(client)

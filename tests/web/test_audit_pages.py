@@ -416,7 +416,11 @@ def test_entries_need_a_signed_in_user_unless_the_log_is_public(
     anon = library.client
     r = anon.get("/audit")
     assert r.status_code == 200
-    assert 'tr class="entry"' not in r.text and 'id="entries-signin"' in r.text and 'href="/signin' in r.text
+    assert (
+        'tr class="entry"' not in r.text
+        and 'id="entries-public-only"' in r.text
+        and 'href="/signin' in r.text
+    )
     assert ns not in r.text  # nothing of the entries leaks
     assert "signature verified" in element(r.text, "dd", "checkpoint-status")  # the checkpoint is public
     assert 'id="export"' not in r.text
@@ -436,7 +440,7 @@ def test_entries_need_a_signed_in_user_unless_the_log_is_public(
     # KVREG_LOG_PUBLIC=1: anyone reads entries and the export.
     public_log.namespace("open-ns")
     r = public_log.client.get("/audit")
-    assert seqs(r.text) and "open-ns" in r.text and 'id="entries-signin"' not in r.text
+    assert seqs(r.text) and "open-ns" in r.text and 'id="entries-public-only"' not in r.text
     assert public_log.client.get("/audit/entries/0").status_code == 200
     assert public_log.client.get("/audit/export").status_code == 200
 

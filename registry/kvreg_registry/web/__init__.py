@@ -11,6 +11,7 @@ everything that came from an artifact. See docs/web-ui.md.
 from __future__ import annotations
 
 from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 from starlette.types import Scope
@@ -26,7 +27,7 @@ from kvreg_registry.web import (
 )
 from kvreg_registry.web.render import STATIC_DIR
 
-# The static files (one stylesheet, one script) are public and immutable per release.
+# The static files (one stylesheet, one script, the icon) are public and immutable per release.
 STATIC_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=3600"}
 
 
@@ -43,9 +44,15 @@ class _StaticFiles(StaticFiles):
 PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages_compare, pages_audit]
 
 
+def favicon() -> RedirectResponse:
+    """``/favicon.ico``, which browsers ask for whatever the page links: the SVG icon."""
+    return RedirectResponse("/static/favicon.svg", status_code=301, headers=STATIC_HEADERS)
+
+
 def install(app: FastAPI) -> None:
     """Add the pages and the static files to ``app``."""
     for module in PAGE_MODULES:
         app.include_router(module.router)
     app.mount("/static", _StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_api_route("/favicon.ico", favicon, methods=["GET", "HEAD"], include_in_schema=False)
     errors.install(app)

@@ -12,6 +12,11 @@ Every form posts to a route here that checks the CSRF token (and the origin) fir
 then calls the same service function as the API with the visitor's principal in one
 write transaction — the services check the roles and append the audit entries —
 then redirects (303) back to ``/admin#section`` with ``?done=`` naming what was done.
+Destructive actions (revoking a token or a key, changing a namespace's visibility,
+removing a role) take two posts: the first (after the same CSRF and role checks) answers
+with a confirmation page (``admin_confirm.html``) that says what will happen — and when
+the token to revoke is the one this session signed in with — and whose form posts the
+same fields again with ``confirm=yes``; only that second post acts.
 A refused action is an error page with the API's status (403, 404, 409, 400). A new
 token is shown once, on the page that answers its form, never in a URL.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
@@ -28,9 +34,10 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.digest import Digest
-from kvreg.core.errors import KeyFileError, RequestInvalidError, UnauthenticatedError
+from kvreg.core.errors import KeyFileError, RequestInvalidError, TokenNotFoundError, UnauthenticatedError
 from kvreg_registry.api.deps import state
 from kvreg_registry.auth import ROLE_RANK, Principal
+from kvreg_registry.db.models import ApiToken
 from kvreg_registry.services import accounts, holds, retention
 from kvreg_registry.state import RegistryState
 from kvreg_registry.web.forms import read_form
@@ -80,14 +87,15 @@ def done_message(done: str | None, subject: str | None) -> str | None:
 
 @router.get("/admin", response_class=HTMLResponse, include_in_schema=False)
 def admin_page(
-    request: Request, page: int = 1, done: str | None = None, subject: str | None = None
+    request: Request, page: int = 1, done: str | None = None, subject: str | None = None, ns: str = ""
 ) -> Response:
     st = state(request)
+    name_filter = ns.strip()[:64]
     with st.db.read() as s:
         who = visitor(s, request)
         if not who.signed_in:
             raise UnauthenticatedError("sign in to administer the registry")
-        view = admin_view(s, who.principal, page=page)
+        view = admin_view(s, who.principal, page=page, name_filter=name_filter)
     return render(
         request,
         who,
@@ -97,9 +105,33 @@ def admin_page(
             "message": done_message(done, subject),
             "roles": list(ROLE_RANK),
             "session_token_id": who.principal.token_id,
+            "ns_filter": name_filter,
         },
         title="Administration",
     )
+
+
+# --- the confirmation step of destructive actions -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the confirmation page of a destructive action says and posts again."""
+
+    heading: str
+    message: str
+    action: str  # the URL the form posts to (the same as the first post's)
+    fields: dict[str, str]
+    button: str
+    back: str  # where "Cancel" goes
+    warning: str | None = None
+
+
+Confirm = Callable[[Session, Visitor, dict[str, str]], Confirmation]
+
+
+def _confirmed(form: dict[str, str]) -> bool:
+    return form.get("confirm") == "yes"
 
 
 # --- form posts ----------------------------------------------------------------------------------
@@ -133,10 +165,21 @@ def _run(st: RegistryState, request: Request, form: dict[str, str], section: str
     return _back(section, done, subject)
 
 
-async def _post(request: Request, section: str, action: Action) -> Response:
+async def _post(request: Request, section: str, action: Action, confirm: Confirm | None = None) -> Response:
+    """Run ``action`` for a form post; with ``confirm``, only once the post says ``confirm=yes``
+    (the first post answers with the confirmation page ``confirm`` describes)."""
     st = state(request)
     form = await read_form(request)
-    return await run_in_threadpool(_run, st, request, form, section, action)
+    if confirm is None or _confirmed(form):
+        return await run_in_threadpool(_run, st, request, form, section, action)
+
+    def ask() -> Response:
+        who = _signed_in(st, request, form)
+        with st.db.read() as s:
+            c = confirm(s, who, form)
+        return render(request, who, "admin_confirm.html", {"c": c}, title=c.heading)
+
+    return await run_in_threadpool(ask)
 
 
 def _text(form: dict[str, str], name: str, *, limit: int, required: bool = False) -> str:
@@ -185,7 +228,30 @@ async def set_visibility(ns: str, request: Request) -> Response:
         accounts.set_namespace_public(s, who, ns, value == "1")
         return "namespace-visibility", ns
 
-    return await _post(request, "namespaces", action)
+    def confirm(s: Session, who: Visitor, form: dict[str, str]) -> Confirmation:
+        namespace = accounts.readable_namespace(s, who.principal, ns, "admin")
+        who.principal.require(s, namespace, "admin")
+        public = form.get("public") == "1"
+        if public:
+            message = (
+                f"Everyone, signed in or not, will be able to list, read and pull every artifact of {ns}, "
+                "its refs, keys and the audit entries about it."
+            )
+        else:
+            message = (
+                f"Only users with a role in {ns} (and server admins) will be able to read it; "
+                "anyone else, and every link to it that was shared, will get “not found”."
+            )
+        return Confirmation(
+            heading=f"Make {ns} {'public' if public else 'private'}?",
+            message=message,
+            action=f"/admin/namespaces/{ns}/visibility",
+            fields={"public": "1" if public else "0"},
+            button=f"Make {ns} {'public' if public else 'private'}",
+            back="/admin#namespaces",
+        )
+
+    return await _post(request, "namespaces", action, confirm)
 
 
 # Tokens and users ------------------------------------------------------------------------------
@@ -222,7 +288,32 @@ async def revoke_token(token_id: int, request: Request) -> Response:
         accounts.revoke_token(s, who, token_id)
         return "token-revoked", str(token_id)
 
-    return await _post(request, "tokens", action)
+    def confirm(s: Session, who: Visitor, form: dict[str, str]) -> Confirmation:
+        row = s.get(ApiToken, token_id)
+        if row is None:
+            raise TokenNotFoundError(f"no token {token_id}")
+        if who.principal.user_id != row.user_id:
+            who.principal.require_admin()
+        in_use = who.principal.token_id == token_id
+        label = f" ({row.label})" if row.label else ""
+        return Confirmation(
+            heading=f"Revoke token {token_id}?",
+            message=(
+                f"Token {token_id}{label} will stop working at once, for every client that uses it "
+                "(kvreg push, pull, graft receipts); this cannot be undone."
+            ),
+            warning=(
+                "This is the token this session signed in with: revoking it signs you out here too."
+                if in_use
+                else None
+            ),
+            action=f"/admin/tokens/{token_id}/revoke",
+            fields={},
+            button=f"Revoke token {token_id}",
+            back="/admin#tokens",
+        )
+
+    return await _post(request, "tokens", action, confirm)
 
 
 @router.post("/admin/users", include_in_schema=False)
@@ -260,7 +351,22 @@ async def revoke_key(ns: str, request: Request) -> Response:
         accounts.revoke_key(s, who, ns, keyid)
         return "key-revoked", ns
 
-    return await _post(request, "keys", action)
+    def confirm(s: Session, who: Visitor, form: dict[str, str]) -> Confirmation:
+        accounts.readable_namespace(s, who.principal, ns, "admin")
+        keyid = _text(form, "keyid", limit=100, required=True)
+        return Confirmation(
+            heading=f"Revoke a signing key of {ns}?",
+            message=(
+                f"Key {keyid} will no longer be accepted for pushes to {ns}, artifacts it signed will show "
+                "their signature as not verified, and a revoked key cannot be registered again."
+            ),
+            action=f"/admin/namespaces/{ns}/keys/revoke",
+            fields={"keyid": keyid},
+            button="Revoke the key",
+            back=f"/admin?ns={ns}#keys",
+        )
+
+    return await _post(request, "keys", action, confirm)
 
 
 # Retention --------------------------------------------------------------------------------------
@@ -337,4 +443,24 @@ async def remove_role(ns: str, request: Request) -> Response:
         accounts.remove_role(s, who, ns, user)
         return "role-removed", ns
 
-    return await _post(request, "roles", action)
+    def confirm(s: Session, who: Visitor, form: dict[str, str]) -> Confirmation:
+        namespace = accounts.readable_namespace(s, who.principal, ns, "admin")
+        who.principal.require(s, namespace, "admin")
+        user = _text(form, "user", limit=64, required=True)
+        yourself = user == who.principal.name
+        return Confirmation(
+            heading=f"Remove the role of {user} in {ns}?",
+            message=(
+                f"{user} will lose every right in {ns}"
+                + (" (it is private: they will no longer see it)." if not namespace.public else ".")
+            ),
+            warning="This is your own role: you may lose the right to administer this namespace."
+            if yourself
+            else None,
+            action=f"/admin/namespaces/{ns}/roles/remove",
+            fields={"user": user},
+            button=f"Remove the role of {user}",
+            back=f"/admin?ns={ns}#roles",
+        )
+
+    return await _post(request, "roles", action, confirm)

@@ -2,20 +2,25 @@
 ``/audit/entries/{seq}`` (one entry and its verified inclusion proof) and
 ``/audit/export`` (the whole log with proofs, the file ``kvreg audit export`` writes).
 
-The checkpoint is shown to everyone (the API serves it without a token). Entries
-and the export follow the API's rule for ``GET /api/v1/log/entries``: a signed-in
-visitor (any valid token, whatever its roles), or anyone when the registry sets
-``KVREG_LOG_PUBLIC=1``. Queries and view models are in ``kvreg_registry.web.views_audit``.
+The checkpoint is shown to everyone (the API serves it without a token). Every entry and
+the export follow the API's rule for ``GET /api/v1/log/entries``: a signed-in visitor
+(any valid token, whatever its roles), or anyone when the registry sets
+``KVREG_LOG_PUBLIC=1``. Other visitors read the entries of public namespaces (list and
+entry pages), as on Rekor; the export stays for signed-in users. The list hides the
+low-level entries of pushes unless asked and folds each push into one row
+(``web.audit_groups``). Queries and view models are in ``kvreg_registry.web.views_audit``.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from sqlalchemy import select
 
 from kvreg.core.errors import NotFoundError, UnauthenticatedError
 from kvreg_registry.api.deps import state
-from kvreg_registry.web import audit_export, views_audit
+from kvreg_registry.db.models import Namespace
+from kvreg_registry.web import audit_export, audit_groups, views_audit
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, apply_cookies, visitor
 
@@ -56,11 +61,13 @@ def audit_page(request: Request) -> HTMLResponse:
     filters, problems = views_audit.parse_filters(query)
     before, after = _cursor(query.get("before")), _cursor(query.get("after"))
     page = None
+    groups: list[audit_groups.Group] = []
     with st.db.read() as s:
         who = visitor(s, request)
         allowed = views_audit.may_read_entries(who.principal, st.settings)
-        if allowed and not problems:
-            page = views_audit.list_entries(s, filters, before=before, after=after)
+        if not problems:
+            page = views_audit.list_entries(s, filters, before=before, after=after, public_only=not allowed)
+            groups = audit_groups.group(page.rows, audit_groups.titles(s, page.rows))
     checkpoint = views_audit.latest_checkpoint(st.log)
     types = list(views_audit.KNOWN_TYPES)
     if filters.type and filters.type not in types:
@@ -71,6 +78,8 @@ def audit_page(request: Request) -> HTMLResponse:
         "audit.html",
         {
             "allowed": allowed,
+            "groups": groups,
+            "low_level": views_audit.LOW_LEVEL_TYPES,
             "filters": filters,
             "params": filters.params(),
             "problems": problems,
@@ -89,11 +98,15 @@ def entry_page(seq: int, request: Request) -> HTMLResponse:
     st = state(request)
     with st.db.read() as s:
         who = visitor(s, request)
-        if not views_audit.may_read_entries(who.principal, st.settings):
-            return _sign_in_needed(request, who, "reading the audit log's entries")
+        public_only = not views_audit.may_read_entries(who.principal, st.settings)
         if not 0 <= seq <= MAX_SEQ:
             raise NotFoundError(f"the audit log has no entry {seq}")
-        detail = views_audit.entry_detail(s, st.log, seq)
+        detail = views_audit.entry_detail(s, st.log, seq, public_only=public_only)
+        if public_only and not (
+            detail.namespace
+            and s.scalar(select(Namespace.public).where(Namespace.name == detail.namespace)) is True
+        ):
+            return _sign_in_needed(request, who, "reading an entry that is not about a public namespace")
     # The checkpoint after the entry was read: it includes it.
     checkpoint = views_audit.latest_checkpoint(st.log)
     with st.db.read() as s:

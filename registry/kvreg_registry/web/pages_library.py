@@ -1,4 +1,5 @@
-"""The library's pages: home and search (``/``), and a namespace (``/ns/{ns}``).
+"""The library's pages: home and search (``/``), the namespace list (``/ns``) and a
+namespace (``/ns/{ns}``).
 
 Search runs in the database (``kvreg_registry.services.search``: full-text index,
 filters, LIMIT/OFFSET and the total in SQL); this module only parses the query
@@ -20,9 +21,10 @@ from sqlalchemy.orm import Session
 
 from kvreg.core.errors import RequestInvalidError
 from kvreg_registry.api.deps import state
-from kvreg_registry.db.models import Envelope, LegalHold, Namespace, Ref, SigningKey
+from kvreg_registry.db.models import Envelope, LegalHold, Namespace, SigningKey
 from kvreg_registry.services import accounts, retention
 from kvreg_registry.services import search as search_service
+from kvreg_registry.web import svg_lineage, svg_timeline, views_library
 from kvreg_registry.web.render import render
 from kvreg_registry.web.session import visitor
 
@@ -86,6 +88,9 @@ def home(request: Request) -> HTMLResponse:
         for k in ("q", "namespace", "model", "verifier", "verdict", "since", "until")
     }
     page = _page_number(request.query_params.get("page"))
+    # Text with no searchable word (only punctuation, an emoji) matches nothing, rather than
+    # being dropped and listing everything.
+    no_words = bool(params["q"]) and not search_service.query_words(params["q"])
     query = search_service.Query(
         namespace=params["namespace"] or None,
         model=params["model"] or None,
@@ -97,12 +102,15 @@ def home(request: Request) -> HTMLResponse:
         limit=PAGE_SIZE,
         offset=(page - 1) * PAGE_SIZE,
     )
+    searched = any(params.values())
     st = state(request)
+    overview = None
     with st.db.read() as s:
         who = visitor(s, request)
-        rows, total = search_service.search(s, who.principal, query)
+        rows, total = ([], 0) if no_words else search_service.search(s, who.principal, query)
         facets = search_service.facets(s, who.principal)
-    searched = any(params.values())
+        if not searched and page == 1:
+            overview = views_library.overview(s, who.principal)
     return render(
         request,
         who,
@@ -113,8 +121,33 @@ def home(request: Request) -> HTMLResponse:
             "pager": Pager(page, PAGE_SIZE, total),
             "facets": facets,
             "searched": searched,
+            "no_words": no_words,
+            "filtered": any(v for k, v in params.items() if k != "q"),
+            "overview": overview,
+            "timeline": svg_timeline.render(overview.days) if overview and overview.days else None,
         },
         title=f"Search: {params['q']}" if params["q"] else "Verified solutions",
+    )
+
+
+@router.get("/ns", response_class=HTMLResponse, include_in_schema=False)
+def namespaces_page(request: Request) -> HTMLResponse:
+    page = _page_number(request.query_params.get("page"))
+    name = _clean(request.query_params.get("q"), limit=64)
+    st = state(request)
+    with st.db.read() as s:
+        who = visitor(s, request)
+        rows, total = views_library.namespace_summaries(s, who.principal, page=page, name_filter=name)
+    return render(
+        request,
+        who,
+        "namespaces.html",
+        {
+            "namespaces": rows,
+            "pager": Pager(page, views_library.NAMESPACES_PER_PAGE, total),
+            "q": name,
+        },
+        title="Namespaces",
     )
 
 
@@ -127,18 +160,7 @@ def _namespace_view(s: Session, ns: Namespace, page: int, refs_page: int, is_adm
         .limit(PAGE_SIZE)
         .offset((page - 1) * PAGE_SIZE)
     ).all()
-    refs_total = s.scalar(select(func.count()).select_from(Ref).where(Ref.namespace_id == ns.id)) or 0
-    ref_rows = s.execute(
-        select(Ref, Envelope.title)
-        .join(
-            Envelope,
-            (Envelope.namespace_id == Ref.namespace_id) & (Envelope.manifest_digest == Ref.manifest_digest),
-        )
-        .where(Ref.namespace_id == ns.id)
-        .order_by(Ref.name)
-        .limit(PAGE_SIZE)
-        .offset((refs_page - 1) * PAGE_SIZE)
-    ).all()
+    ref_rows, refs_total = views_library.refs_page(s, ns.id, refs_page, PAGE_SIZE)
     keys = s.scalars(
         select(SigningKey).where(SigningKey.namespace_id == ns.id).order_by(SigningKey.created_at)
     ).all()
@@ -148,7 +170,18 @@ def _namespace_view(s: Session, ns: Namespace, page: int, refs_page: int, is_adm
         .order_by(LegalHold.id)
         .limit(100)
     ).all()
+    lineage = views_library.lineage(s, ns.id)
+    placed = svg_lineage.layout(
+        [n.digest for n in lineage.nodes],
+        lineage.edges,
+        {n.digest: n.title or n.digest[7:19] for n in lineage.nodes},
+    )
     return {
+        "lineage": lineage,
+        "lineage_rows": placed,
+        "lineage_svg": (
+            svg_lineage.render(placed, lambda d: f"/ns/{ns.name}/artifacts/{d}") if placed else None
+        ),
         "artifacts": artifacts,
         "pager": Pager(page, PAGE_SIZE, total),
         "refs": ref_rows,

@@ -27,7 +27,7 @@ from kvreg_registry.db.models import ApiToken, LegalHold, Namespace, RetentionPo
 
 Ts = TypeVarTuple("Ts")
 
-NAMESPACES_PER_PAGE = 25
+NAMESPACES_PER_PAGE = 10  # each namespace gets four sections: keep the page short
 KEYS_SHOWN = 50  # per namespace, newest first
 HOLDS_SHOWN = 50  # active holds per namespace, newest first
 MEMBERS_SHOWN = 100  # per namespace, by user name
@@ -121,12 +121,16 @@ def _administered(principal: Principal) -> Select[int, str, bool, str, dt.dateti
 
 
 def administered_namespaces(
-    session: Session, principal: Principal, *, page: int
+    session: Session, principal: Principal, *, page: int, name_filter: str = ""
 ) -> tuple[list[NamespaceRow], int, int, int]:
-    """One page of the namespaces ``principal`` administers, by name: (rows, total, page, pages)."""
+    """One page of the namespaces ``principal`` administers whose name contains ``name_filter``,
+    by name: (rows, total, page, pages)."""
     if principal.user_id is None and not principal.is_admin:
         return [], 0, 1, 1
     base = _administered(principal)
+    if name_filter:
+        escaped = name_filter.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        base = base.where(Namespace.name.like(f"%{escaped}%", escape="\\"))
     total = session.scalar(select(func.count()).select_from(base.subquery())) or 0
     pages = max(1, -(-total // NAMESPACES_PER_PAGE))
     page = min(max(1, page), pages)
@@ -260,9 +264,12 @@ def users(session: Session) -> tuple[list[UserRow], int]:
     return [UserRow(*r) for r in rows], total
 
 
-def admin_view(session: Session, principal: Principal, *, page: int = 1) -> AdminView:
-    """Everything the admin page shows for ``principal`` (a bounded number of queries)."""
-    namespaces, total, page, pages = administered_namespaces(session, principal, page=page)
+def admin_view(session: Session, principal: Principal, *, page: int = 1, name_filter: str = "") -> AdminView:
+    """Everything the admin page shows for ``principal`` (a bounded number of queries), for the
+    namespaces whose name contains ``name_filter``."""
+    namespaces, total, page, pages = administered_namespaces(
+        session, principal, page=page, name_filter=name_filter
+    )
     ids = [ns.id for ns in namespaces]
     view = AdminView(namespaces=namespaces, namespace_total=total, page=page, pages=pages)
     view.keys = keys_of(session, ids)

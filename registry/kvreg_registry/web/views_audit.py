@@ -14,7 +14,13 @@ The export of the whole log (``/audit/export``) is ``web.audit_export``.
 
 Who may read entries is the API's rule (``api/routes_log.py``): anyone when
 ``settings.log_public``, else any valid token (a signed-in visitor), whatever
-its roles: :func:`may_read_entries`.
+its roles: :func:`may_read_entries`. Everyone else (as on Rekor) reads the entries of
+public namespaces only (``public_only=True``): never an entry of a private namespace
+nor one without a namespace (users, tokens).
+
+The list hides the low-level entries a push leaves (:data:`LOW_LEVEL_TYPES`) unless
+asked (``all=1``, or a type filter naming one); ``web.audit_groups`` folds a push's
+entries into one row and names artifacts by title.
 """
 
 from __future__ import annotations
@@ -76,6 +82,9 @@ KNOWN_TYPES = (
     "graft.receipt",
 )
 
+# What a push leaves besides the envelope and its ref: hidden from the list by default.
+LOW_LEVEL_TYPES = ("upload.opened", "object.held", "upload.closed")
+
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -104,6 +113,7 @@ class Filters:
     actor: str = ""
     since: str = ""
     until: str = ""
+    all: bool = False  # also the low-level entries (LOW_LEVEL_TYPES)
 
     def params(self) -> dict[str, str]:
         """The filters as query parameters (empty ones are dropped by ``query_url``)."""
@@ -113,11 +123,16 @@ class Filters:
             "actor": self.actor,
             "since": self.since,
             "until": self.until,
+            "all": "1" if self.all else "",
         }
 
     @property
     def active(self) -> bool:
-        return any(self.params().values())
+        return any(v for k, v in self.params().items() if k != "all")
+
+    @property
+    def hides_low_level(self) -> bool:
+        return not self.all and not self.type
 
 
 class FilterError(ValueError):
@@ -163,6 +178,7 @@ def parse_filters(query: Mapping[str, str]) -> tuple[Filters, list[str]]:
         actor=field_("actor"),
         since=field_("since"),
         until=field_("until"),
+        all=query.get("all") in ("1", "on", "true", "yes"),
     )
     for name, end in (("since", False), ("until", True)):
         value = getattr(filters, name)
@@ -174,8 +190,17 @@ def parse_filters(query: Mapping[str, str]) -> tuple[Filters, list[str]]:
     return filters, problems
 
 
-def _conditions(filters: Filters) -> list[Any]:
+def public_namespaces() -> Any:
+    """A SELECT of the names of public namespaces (what a visitor without a token may read)."""
+    return select(Namespace.name).where(Namespace.public.is_(True))
+
+
+def _conditions(filters: Filters, public_only: bool = False) -> list[Any]:
     out: list[Any] = []
+    if filters.hides_low_level:
+        out.append(AuditEntry.type.not_in(LOW_LEVEL_TYPES))
+    if public_only:
+        out.append(AuditEntry.namespace.in_(public_namespaces()))
     if filters.type:
         out.append(AuditEntry.type == filters.type)
     if filters.namespace:
@@ -209,6 +234,7 @@ class EntryRow:
     actor: str | None
     namespace: str | None
     summary: str
+    doc: dict[str, Any] | None = None
 
 
 @dataclass
@@ -227,10 +253,16 @@ def parse_entry(raw: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _value_text(value: Any) -> str:
+def _named(value: str, names: Mapping[str, str] | None) -> str:
+    """An artifact's title in quotes when ``names`` knows the digest, else the shortened value."""
+    title = (names or {}).get(value)
+    return f"“{title}”" if title else short(value)
+
+
+def _value_text(value: Any, names: Mapping[str, str] | None = None) -> str:
     """A value of an entry in a few words: digests shortened, objects as ``key: value`` pairs."""
     if isinstance(value, str):
-        return short(value)
+        return _named(value, names)
     if value is None or isinstance(value, bool | int | float):
         return json.dumps(value)
     if isinstance(value, dict):
@@ -245,8 +277,9 @@ def _value_text(value: Any) -> str:
     return text if len(text) <= 80 else text[:79] + "…"
 
 
-def summarize(doc: dict[str, Any] | None) -> str:
-    """One line about an entry: its ref, its old and new values and its subjects, shortened."""
+def summarize(doc: dict[str, Any] | None, names: Mapping[str, str] | None = None) -> str:
+    """One line about an entry: its ref, its old and new values and its subjects, shortened;
+    artifacts named by their titles where ``names`` (digest -> title) knows them."""
     if doc is None:
         return "(the stored entry is not a JSON object)"
     parts: list[str] = []
@@ -257,30 +290,35 @@ def summarize(doc: dict[str, Any] | None) -> str:
         parts.append(ref)
     old, new = doc.get("old"), doc.get("new")
     if old is not None and new is not None:
-        parts.append(f"{_value_text(old)} → {_value_text(new)}")
+        parts.append(f"{_value_text(old, names)} → {_value_text(new, names)}")
     elif new is not None:
-        parts.append(f"new {_value_text(new)}")
+        parts.append(f"new {_value_text(new, names)}")
     elif old is not None:
-        parts.append(f"was {_value_text(old)}")
+        parts.append(f"was {_value_text(old, names)}")
     raw_subjects = doc.get("subjects")
     subjects: list[Any] = raw_subjects if isinstance(raw_subjects, list) else []
     shown = [s for s in subjects if isinstance(s, str) and s not in (old, new)]
     if shown:
         more = f" +{len(shown) - 3}" if len(shown) > 3 else ""
-        parts.append("subjects " + ", ".join(short(s) for s in shown[:3]) + more)
+        parts.append("subjects " + ", ".join(_named(s, names) for s in shown[:3]) + more)
     if isinstance(details.get("reason"), str):
         parts.append(f"reason: {details['reason']}")
     return "; ".join(parts) or "–"
 
 
 def list_entries(
-    session: Session, filters: Filters, *, before: int | None = None, after: int | None = None
+    session: Session,
+    filters: Filters,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+    public_only: bool = False,
 ) -> EntryPage:
     """A page of entries matching ``filters``, newest first: below ``before`` (older entries),
     above ``after`` (newer ones), or the newest. Two queries: the page (one row more than it
     shows, to know whether there are older or newer entries) and whether there is any entry
-    on the other side of the page."""
-    conds = _conditions(filters)
+    on the other side of the page. ``public_only``: entries of public namespaces only."""
+    conds = _conditions(filters, public_only)
     cols = _LIST_COLUMNS
     if after is not None:
         rows = session.execute(
@@ -317,10 +355,13 @@ def list_entries(
             type=r.type,
             actor=r.actor,
             namespace=r.namespace,
-            summary=summarize(parse_entry(bytes(r.entry))),
+            summary="",
+            doc=parse_entry(bytes(r.entry)),
         )
         for r in rows
     ]
+    for row in out:
+        row.summary = summarize(row.doc)
     return EntryPage(
         rows=out,
         newer=out[0].seq if out and more_newer else None,
@@ -404,7 +445,7 @@ class EntryDetail:
         return self.leaf_hash == self.stored_leaf_hash
 
 
-def entry_detail(session: Session, log_: AuditLog, seq: int) -> EntryDetail:
+def entry_detail(session: Session, log_: AuditLog, seq: int, *, public_only: bool = False) -> EntryDetail:
     """Entry ``seq`` with its subjects and related entries (three queries; the proof is added
     by :func:`prove_entry` against a checkpoint). ``NotFoundError`` when there is none."""
     row = session.execute(
@@ -449,7 +490,8 @@ def entry_detail(session: Session, log_: AuditLog, seq: int) -> EntryDetail:
             .where(
                 AuditEntry.seq.in_(
                     select(AuditSubject.seq).where(AuditSubject.digest.in_(digests), AuditSubject.seq != seq)
-                )
+                ),
+                *([AuditEntry.namespace.in_(public_namespaces())] if public_only else []),
             )
             .order_by(AuditEntry.seq.desc())
             .limit(MAX_RELATED + 1)

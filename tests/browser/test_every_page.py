@@ -1,0 +1,222 @@
+"""Every page of the web UI, at 1280 px and 390 px, light and dark, signed out, as a reader and
+as an admin: no sideways scroll, no short word split over two lines, no console error, no 5xx,
+and WCAG AA contrast of every piece of text (``contrast.CHECK``: each text element's colour
+against its effective background).
+
+One context per (visitor, scheme, width), signed in once, then every page in turn; the
+desktop and phone runs of signed-out and admin visitors also take the screenshots of
+docs/web-ui.md (``scripts/refresh-screenshots.sh`` runs this module and copies them).
+The confirmation step of each destructive admin action is checked here too (cancelled,
+so the shared registry is unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from .conftest import DESKTOP, PHONE, _context, _watch
+from .contrast import CHECK as CONTRAST_CHECK
+from .helpers import sign_in
+from .seed import Seeded
+
+VISITORS = ("anonymous", "reader", "admin")
+SCHEMES = ("light", "dark")
+WIDTHS = {"desktop": DESKTOP, "phone": PHONE}
+MISSING_ENTRY = 987_654_321
+
+# Screenshots for docs/web-ui.md: (visitor, scheme, width) -> {page name: file name}.
+DOC_SHOTS = {
+    ("anonymous", "light", "desktop"): {
+        "home": "home",
+        "search": "search",
+        "namespaces": "namespaces",
+        "namespace": "namespace",
+        "artifact": "artifact",
+        "compare": "compare",
+        "audit": "audit",
+        "audit-entry": "audit-entry",
+        "signin": "signin",
+    },
+    ("anonymous", "dark", "desktop"): {
+        "home": "home-dark",
+        "artifact": "artifact-dark",
+        "audit": "audit-dark",
+    },
+    ("anonymous", "light", "phone"): {
+        "home": "phone-home",
+        "artifact": "phone-artifact",
+        "namespace": "phone-namespace",
+    },
+    ("anonymous", "dark", "phone"): {"artifact": "phone-artifact-dark", "audit": "phone-audit-dark"},
+    ("admin", "light", "desktop"): {"admin": "admin"},
+    ("admin", "dark", "phone"): {"admin": "phone-admin-dark"},
+}
+
+
+def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
+    """(name, path, final status) of every page, for ``visitor``."""
+    ns = server.public_ns
+    entry = next(
+        e["index"] for e in server.audit_entries if e["type"] == "envelope.stored" and e["ref"] == f"{ns}/p07"
+    )
+    compare = urlencode({"a": f"{ns}/{server.digests['p07']}", "b": f"{ns}/{server.digests['p07x']}"})
+    return [
+        ("home", "/", 200),
+        ("search", "/?q=problem", 200),
+        ("search-empty", "/?q=%F0%9F%99%82", 200),
+        ("namespaces", "/ns", 200),
+        ("namespace", f"/ns/{ns}", 200),
+        ("private-namespace", f"/ns/{server.private_ns}", 200),  # anonymous: the sign-in page
+        ("artifact", server.artifact_path("p07"), 200),
+        ("compare", f"/compare?{compare}", 200),
+        ("audit", "/audit", 200),
+        ("audit-all", "/audit?all=1", 200),
+        ("audit-entry", f"/audit/entries/{entry}", 200),
+        ("admin", "/admin", 200),  # anonymous: the sign-in page
+        ("signin", "/signin", 200),
+        ("error", f"/audit/entries/{MISSING_ENTRY}", 404),
+    ]
+
+
+def _scheme_context(browser: Any, server: Seeded, scheme: str, width: str) -> Any:
+    options: dict[str, Any] = {"viewport": WIDTHS[width], "color_scheme": scheme}
+    if width == "phone":
+        options.update(device_scale_factor=1, is_mobile=True, has_touch=True)
+    return _context(browser, server, **options)
+
+
+@pytest.fixture
+def visit_as(browser: Any, server: Seeded, request: pytest.FixtureRequest) -> Iterator[Any]:
+    visitor, scheme, width = request.param
+    ctx = _scheme_context(browser, server, scheme, width)
+    page = _watch(ctx.new_page())
+    page.console_errors = []
+    page.server_errors = []
+    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
+    page.on(
+        "response", lambda r: page.server_errors.append(f"{r.status} {r.url}") if r.status >= 500 else None
+    )
+    token = {"reader": server.reader_token, "admin": server.admin_token}.get(visitor)
+    if token:
+        sign_in(page, token)
+    try:
+        yield page, visitor, scheme, width
+    finally:
+        ctx.close()
+
+
+# Short single words (a verdict, a model name, a count) that the browser split over two lines:
+# what "break-word on a normal word" looks like ("mo del", "pa ss").
+SPLIT_WORDS = r"""
+() => {
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    // Identifiers (code, digests, keys) may wrap anywhere; prose and labels may not.
+    if (n.parentElement.closest("code, pre, .digest, svg")) continue;
+    for (const m of n.textContent.matchAll(/(?<=^|[\s(“"'])[A-Za-z]{2,16}(?=$|[\s.,;:!?)”"'])/g)) {
+      const r = document.createRange();
+      r.setStart(n, m.index);
+      r.setEnd(n, m.index + m[0].length);
+      const tops = new Set([...r.getClientRects()].filter((b) => b.width > 0).map((b) => Math.round(b.top)));
+      if (tops.size > 1) out.push(m[0]);
+    }
+  }
+  return out.slice(0, 5);
+}
+"""
+
+
+def contrast_failures(page: Any) -> list[dict[str, Any]]:
+    return list(page.evaluate(CONTRAST_CHECK))
+
+
+CASES = [(v, s, w) for v in VISITORS for s in SCHEMES for w in WIDTHS]
+
+
+@pytest.mark.parametrize("visit_as", CASES, ids=["-".join(c) for c in CASES], indirect=True)
+def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: Any) -> None:
+    page, visitor, scheme, width = visit_as
+    wanted_shots = DOC_SHOTS.get((visitor, scheme, width), {})
+    problems: list[str] = []
+    for name, path, status in pages(server, visitor):
+        seen = len(page.console_errors)
+        response = page.goto(path)
+        assert response is not None, path
+        if response.status != status:
+            problems.append(f"{name} {path}: status {response.status}, wanted {status}")
+        if name in wanted_shots:
+            if name == "audit":  # the entries, below the checkpoint
+                page.evaluate("document.getElementById('audit-entries').scrollIntoView()")
+            shot(page, wanted_shots[name], full_page=False)
+        # What is folded must fit and read as well: open every <details> before checking.
+        page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        is_dark = page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches")
+        assert is_dark == (scheme == "dark")
+        sw, iw = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+        if sw > iw:
+            wide = page.evaluate(
+                """() => [...document.querySelectorAll('body *')]
+                  .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+                               && !e.closest('.table-wrap'))
+                  .slice(0, 3).map(e => e.tagName + '.' + e.className + ' ' + (e.id || ''))"""
+            )
+            problems.append(f"{name} {path}: scrolls sideways ({sw} > {iw}): {wide}")
+        split = page.evaluate(SPLIT_WORDS)
+        if split:
+            problems.append(f"{name} {path}: words split over two lines: {split}")
+        for failure in contrast_failures(page):
+            problems.append(f"{name} {path}: contrast {failure}")
+        # The browser logs the status of an error page it was sent to on purpose; nothing else.
+        expected = f"the server responded with a status of {status}"
+        problems += [
+            f"{name} {path}: console error: {e}"
+            for e in page.console_errors[seen:]
+            if status < 400 or expected not in e
+        ]
+    problems += [f"server error: {e}" for e in page.server_errors]
+    problems += [f"script error: {e}" for e in page.errors]
+    assert not problems, f"{visitor}, {scheme}, {width}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("visit_as", [("admin", "light", "desktop")], indirect=True)
+def test_the_checks_fail_on_a_bad_colour_and_on_split_words(visit_as: Any, server: Seeded) -> None:
+    page = visit_as[0]
+    page.goto("/")
+    assert contrast_failures(page) == [] and page.evaluate(SPLIT_WORDS) == []
+    page.evaluate("document.documentElement.style.setProperty('--muted', '#b0b0b0')")
+    failures = contrast_failures(page)
+    assert failures and all(f["ratio"] < 4.5 for f in failures), failures
+    page.evaluate("document.querySelector('main').style.cssText = 'width: 3rem; overflow-wrap: anywhere'")
+    assert page.evaluate(SPLIT_WORDS), "a column 3rem wide with overflow-wrap: anywhere splits words"
+
+
+@pytest.mark.parametrize("visit_as", [("admin", "dark", "phone")], indirect=True)
+def test_each_destructive_admin_action_asks_first(visit_as: Any, server: Seeded) -> None:
+    page = visit_as[0]
+    ns = server.private_ns
+    buttons = [
+        (f"form#visibility-{ns} button", f"Make {ns} public?"),
+        (f"#keys-{ns} form[action$='/keys/revoke'] button", f"Revoke a signing key of {ns}?"),
+        (f"#roles-{ns} form[action$='/roles/remove'] button", "Remove the role of"),
+        ("#token-list tr:has(.badge.ok) form button", "Revoke token"),
+    ]
+    for selector, heading in buttons:
+        page.goto(f"/admin?ns={ns}")
+        with page.expect_navigation():
+            page.locator(selector).first.click()
+        assert heading in (page.locator("#confirm-heading").text_content() or ""), selector
+        assert page.locator("form#confirm input[name=confirm][value=yes]").count() == 1
+        if "token" in heading.lower():
+            assert "signed in with" in (page.locator("#confirm-warning").text_content() or "")
+        sw, iw = page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+        assert sw <= iw
+        assert contrast_failures(page) == []
+        with page.expect_navigation():
+            page.click("#confirm-cancel")
+        assert "/admin" in page.url
+    assert page.console_errors == [] and page.server_errors == [] and page.errors == []
