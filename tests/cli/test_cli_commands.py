@@ -192,6 +192,12 @@ def _demo_pages_show_the_receipts(workdir: Path, reg: dict, fw: dict) -> None:
         assert page.status_code == 200, page.text
         assert "Grafted by 1 host</h2>" in page.text and "1 receipt: 1 byte-exact." in page.text
         assert f'href="/audit/entries/{reg["receipt"]["log_index"]}"' in page.text
+        # The audit trail's default view shows the pushes, folded, not a row per object held.
+        trail = client.get("/audit")
+        assert trail.status_code == 200, trail.text
+        held = '<td data-label="Type"><code>object.held</code></td>'
+        assert '<tr class="push-group"' in trail.text and held not in trail.text
+        assert held in client.get("/audit", params={"all": "1"}).text
 
 
 @pytest.mark.slow

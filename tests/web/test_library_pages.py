@@ -145,3 +145,15 @@ def test_home_and_namespace_pages_run_a_bounded_number_of_queries(library: Libra
     assert large == small
     # The home page without a search adds its overview (six queries: see views_library.overview).
     assert max(large) <= 18
+
+
+def test_listings_and_the_model_filter_name_models_kvreg_knows(library: Library) -> None:
+    ns = library.namespace()
+    library.publish(ns, "s", "a smollm2 solution", title="S", model_name="smollm2")
+    library.publish(ns, "g", "a solution of a folder called model", title="G", model_name="model")
+    home = library.client.get("/", params={"q": "solution"})
+    assert home.status_code == 200
+    assert "SmolLM2-135M-Instruct" in home.text and "unnamed model" in home.text
+    assert '<option value="smollm2">SmolLM2-135M-Instruct</option>' in home.text  # the value stays the name
+    listing = library.client.get(f"/ns/{ns}")
+    assert "SmolLM2-135M-Instruct" in listing.text and "unnamed model" in listing.text

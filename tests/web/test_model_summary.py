@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvreg.core.digest import Digest
 from kvreg.core.manifest_schema import ModelInfo
-from kvreg_registry.web.model_summary import display_name, family_of, summarize
+from kvreg_registry.web.model_summary import display_name, family_of, listing_name, summarize
 
 
 def info(name: str, architecture: str = "LlamaForCausalLM", dtype: str = "float32") -> ModelInfo:
@@ -47,3 +47,10 @@ def test_family_from_the_architecture_class() -> None:
     assert family_of("GPT2LMHeadModel", "gpt2") == "GPT2"
     assert family_of("", "mistral") == "mistral"
     assert summarize(info("x", dtype="int4")).kv_bytes_per_token is None
+
+
+def test_listings_name_models_without_their_manifest() -> None:
+    assert listing_name("smollm2") == "SmolLM2-135M-Instruct"
+    assert listing_name("kvreg-addition") == "kvreg's bundled addition model"
+    assert listing_name("model") == listing_name("0123456789abcdef01") == "unnamed model"
+    assert listing_name("Qwen3-0.6B") == "Qwen3-0.6B"

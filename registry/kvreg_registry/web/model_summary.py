@@ -91,3 +91,16 @@ def summarize(model: ModelInfo) -> ModelSummary:
         dtype=model.dtype,
         kv_bytes_per_token=per_token,
     )
+
+
+def listing_name(folder: str) -> str:
+    """A model's name in a list where only the manifest's name is at hand (search results, a
+    namespace's artifacts, the model filter): the full name of a model kvreg names itself, the
+    name as given otherwise, ``unnamed model`` for a folder name that says nothing."""
+    key = folder.strip()
+    known = KNOWN_NAMES.get(key.lower())
+    if known is not None:
+        return known
+    if key.lower() in GENERIC_NAMES or _HASHLIKE.fullmatch(key.lower()):
+        return "unnamed model"
+    return key

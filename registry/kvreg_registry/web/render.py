@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 import kvreg
+from kvreg_registry.web.model_summary import listing_name
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, apply_cookies
 
 HERE = Path(__file__).parent
@@ -83,6 +84,8 @@ def _environment() -> Environment:
     env.filters["size"] = human_size
     env.filters["time"] = format_time
     env.filters["json"] = pretty_json
+    env.filters["model_name"] = listing_name
+    env.globals["listing_name"] = listing_name
     env.globals["version"] = kvreg.__version__
     env.globals["csrf_field"] = CSRF_FIELD
     return env
