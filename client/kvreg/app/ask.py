@@ -64,7 +64,7 @@ from kvreg.store.home import Home
 if TYPE_CHECKING:
     from kvreg.core.keys import PublicKey
     from kvreg.engine.router import RoutedGeneration, RoutePlan
-    from kvreg.engine.runtime import LoadedModel
+    from kvreg.engine.runtime import Chooser, LoadedModel, TokenSink
     from kvreg.remote.api.search import RouteCandidate
     from kvreg.remote.auditlog import RemoteLog
     from kvreg.remote.http import RegistryClient
@@ -188,8 +188,14 @@ def ask(
     trust: TrustPolicy | None = None,
     verify: bool = True,
     probe: bool = True,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
 ) -> AskResult:
-    """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode."""
+    """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode.
+
+    ``choose`` (sampling, ``kvreg.engine.sampling``) and ``on_token`` (told each completion
+    token as it comes; False stops) go to the decoding; without them it is greedy, whole.
+    """
     # Imported here, not at the top: the engine imports torch, and the model is loaded by now.
     from kvreg.engine.router import RoutePlan, generate_planned
 
@@ -230,6 +236,8 @@ def ask(
         "probe": probe,
         "stop_at_eos": stop_at_eos,
         "timings": timings,
+        "choose": choose,
+        "on_token": on_token,
     }
     if remote is not None and chosen.artifact is not None and report is not None:
         generation = _fetch_and_generate(lm, home, prompt, chosen, remote, report, options)
@@ -419,7 +427,7 @@ class AskReport:
 
 
 @contextlib.contextmanager
-def _remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> Iterator[RemoteSource | None]:
+def remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> Iterator[RemoteSource | None]:
     if name is None:
         yield None
         return
@@ -436,7 +444,7 @@ def answer(home: Home, request: AskRequest, feedback: Feedback | None = None) ->
     lm, _ = load_engine(feedback, request.model, request.engine.for_new(), home)
     prompt = encode_prompt(lm, request.prompt_text)
     with (
-        _remote_source(home, request.remote, request.namespaces) as source,
+        remote_source(home, request.remote, request.namespaces) as source,
         feedback.status(f"answering ({request.mode}, {len(prompt)} tokens)"),
     ):
         result = ask(
