@@ -166,6 +166,7 @@ class ModelHost:
     def run(self, job: Job) -> JobResult:
         """Answer ``job`` on the model (in the worker thread): route, graft or not, decode."""
         if job.cancelled.is_set():
+            self.stopped.append(0)
             raise Cancelled
         from kvreg.engine.sampling import sampler  # torch; the model is loaded by now
 

@@ -198,7 +198,11 @@ async def _events(
     """The answer as server-sent events; marks the job cancelled if the client goes away."""
     loop = asyncio.get_running_loop()
     wake: asyncio.Queue[None] = asyncio.Queue()
-    job.on_delta = lambda: loop.call_soon_threadsafe(wake.put_nowait, None)
+
+    def woken() -> None:  # in the model's thread: wake the event loop
+        loop.call_soon_threadsafe(wake.put_nowait, None)
+
+    job.on_delta = woken
     future = loop.run_in_executor(host.executor, host.run, job)
     future.add_done_callback(lambda _: wake.put_nowait(None))
     model = host.name
