@@ -285,3 +285,19 @@ def test_bad_requests_get_openai_error_objects(client: openai.OpenAI, served: Se
     assert r.status_code == 404 and "error" in r.json()
     # The server still answers after all that.
     assert client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=0).choices
+
+
+def test_seeded_sampling_gives_the_same_text_with_a_graft_as_without(
+    client: openai.OpenAI, served: Served
+) -> None:
+    from kvreg.engine.sampling import sampler
+
+    prompt = "Sampling over a grafted prefix draws from the same logits as a run with no cache."
+    _deposit(served, "serve/sampled", prompt)
+    tokens = _text_prompt(served, prompt)
+    lm = served.host.lm
+    plain = served.on_model(plain_generate, lm, tokens, 12, stop_at_eos=True, choose=sampler(0.9, seed=11))
+    expected = lm.tokenizer.decode(plain.tokens, skip_special_tokens=True)
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0.9, seed=11)
+    assert answer.model_extra["kvreg"]["mode"] == "prefix"  # type: ignore[index]
+    assert answer.choices[0].text == expected
