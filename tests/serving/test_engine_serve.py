@@ -301,3 +301,21 @@ def test_seeded_sampling_gives_the_same_text_with_a_graft_as_without(
     answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0.9, seed=11)
     assert answer.model_extra["kvreg"]["mode"] == "prefix"  # type: ignore[index]
     assert answer.choices[0].text == expected
+
+
+def test_a_passed_probe_is_remembered_and_a_repeat_graft_skips_it(
+    client: openai.OpenAI, served: Served
+) -> None:
+    prompt = "Probe once per artifact and config, then trust the record in the store."
+    _deposit(served, "serve/probed", prompt)
+    tokens = _text_prompt(served, prompt)
+    expected = _greedy(served, tokens, 8)
+    facts = []
+    for _ in range(2):
+        answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+        assert answer.choices[0].text == expected
+        facts.append(answer.model_extra["kvreg"])  # type: ignore[index]
+    assert [f["mode"] for f in facts] == ["prefix", "prefix"]
+    first, second = facts[0]["probe"], facts[1]["probe"]
+    assert first["kv_equal"] is True and "skipped" not in first
+    assert second["skipped"] is True and second["remembered"] == first

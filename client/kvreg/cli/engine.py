@@ -8,6 +8,7 @@ listens, then blocks until interrupted (Ctrl-C).
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated
 
 import typer
@@ -25,6 +26,11 @@ from kvreg.cli.engine_options import (
     bundle,
 )
 from kvreg.core.errors import UsageError
+
+
+class ProbePolicy(enum.StrEnum):
+    once = "once"
+    always = "always"
 
 
 def serve_cmd(
@@ -55,6 +61,14 @@ def serve_cmd(
         AskMode,
         typer.Option("--mode", help="How each request uses the store, as for kvreg ask."),
     ] = AskMode.auto,
+    probe: Annotated[
+        ProbePolicy,
+        typer.Option(
+            "--probe",
+            help="once: a witness probe that passed is remembered in the store per (artifact, config) "
+            "and repeat grafts skip it; always: every graft probes.",
+        ),
+    ] = ProbePolicy.once,
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on; keep it on loopback unless behind a proxy.")
     ] = "127.0.0.1",
@@ -93,6 +107,7 @@ def serve_cmd(
         remote=remote,
         namespaces=tuple(namespace or ()),
         mode=str(mode),
+        probe=str(probe),
         host=host,
         port=port,
         default_max_tokens=max_tokens,

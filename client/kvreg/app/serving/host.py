@@ -5,7 +5,8 @@ opens the remote (when one is named) for the server's lifetime, and runs each re
 as :func:`kvreg.app.ask.ask` does for ``kvreg ask`` — route over the local store and the
 registry, lazy pull, on-demand chunk fetch, graft or fall back with the reason, decode —
 in one worker thread: requests wait in the executor's queue, in order, and never share
-a cache or run on the model at the same time. A request whose client is gone
+a cache or run on the model at the same time. With ``probe="once"`` (the default) a witness probe that
+passed is remembered in the store, and repeat grafts of that artifact skip it. A request whose client is gone
 (``Job.cancelled``) is skipped if it has not started and stops at its next token if it has.
 
 Nothing here speaks HTTP; :mod:`.server` does.
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
     from kvreg.engine.runtime import LoadedModel
 
 log = logging.getLogger(__name__)
+
+# once: a witness probe that passed is remembered per (artifact, config) and repeat grafts skip it;
+# always: every graft probes (kvreg ask's behaviour)
+PROBE_POLICIES = ("once", "always")
 
 
 class Cancelled(Exception):
@@ -110,11 +115,14 @@ class ModelHost:
         name: str | None = None,
         mode: str = "auto",
         remote: RemoteSource | None = None,
+        probe: str = "once",
         feedback: Feedback | None = None,
     ) -> None:
         if mode not in ASK_MODES:
             raise UsageError(f"unknown mode {mode!r}", hint=f"choose one of: {', '.join(ASK_MODES)}")
-        self.home, self.mode, self.remote = home, mode, remote
+        if probe not in PROBE_POLICIES:
+            raise UsageError(f"unknown probe policy {probe!r}", hint="choose once or always")
+        self.home, self.mode, self.remote, self.probe = home, mode, remote, probe
         self.name = name or str(model)
         self.lm: LoadedModel
         self.lm, self.load_seconds = load_engine(feedback or Silent(), model, engine.for_new(), home)
@@ -188,6 +196,7 @@ class ModelHost:
             stop_at_eos=True,
             choose=choose,
             on_token=on_token,
+            remember_probes=self.probe == "once",
         )
         job.stream.finish()
         self.answered += 1

@@ -118,6 +118,7 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
                 "block_size": lm.config.block_size,
                 "context_length": host.context_length,
                 "mode": host.mode,
+                "probe": host.probe,
             },
         }
 
@@ -253,6 +254,7 @@ class EngineServeRequest:
     remote: str | None = None
     namespaces: Sequence[str] = ()
     mode: str = "auto"
+    probe: str = "once"  # once: remember passed witness probes; always: probe every graft
     host: str = "127.0.0.1"
     port: int = 8000
     default_max_tokens: int = DEFAULT_MAX_TOKENS
@@ -293,6 +295,7 @@ def serve_engine(
             request.engine,
             name=request.name or str(request.model),
             mode=request.mode,
+            probe=request.probe,
             remote=source,
             feedback=feedback,
         )
