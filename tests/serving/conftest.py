@@ -7,6 +7,7 @@ the module's tests; each test names its own refs and prompts.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,14 +42,15 @@ class Served:
         return self.host.executor.submit(fn, *args, **kwargs).result()
 
 
-@pytest.fixture(scope="module")
-def served(tiny_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    home = Home(Path(tmp_path_factory.mktemp("serve")) / "home").ensure()
+@contextlib.contextmanager
+def running(model: Path, name: str, root: Path, block_size: int | None = 8) -> Iterator[Served]:
+    """A server on ``model`` (as ``name``) over a fresh store under ``root`` trusting one new key."""
+    home = Home(root / "home").ensure()
     key = SigningKey.generate()
     policy = TrustPolicy()
     policy.allow("*", key.public_key)
     save_trust_policy(policy, home.trust_path)
-    host = ModelHost(home, tiny_models["llama-chat"], EngineOptions(block_size=8), name=MODEL)
+    host = ModelHost(home, model, EngineOptions(block_size=block_size), name=name)
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(host, default_max_tokens=16), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -66,3 +68,9 @@ def served(tiny_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         thread.join(60)
         host.close()
         sock.close()
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with running(Path(tiny_models["llama-chat"]), MODEL, Path(tmp_path_factory.mktemp("serve"))) as s:
+        yield s
