@@ -69,6 +69,17 @@ def serve_cmd(
             "and repeat grafts skip it; always: every graft probes.",
         ),
     ] = ProbePolicy.once,
+    receipts: Annotated[
+        str | None,
+        typer.Option(
+            "--receipts",
+            metavar="REMOTE",
+            help="Send a signed graft receipt to REMOTE after every graft (from a thread of its own).",
+        ),
+    ] = None,
+    key: Annotated[
+        str, typer.Option("--key", metavar="NAME", help="With --receipts: the signing key's name.")
+    ] = "default",
     host: Annotated[
         str, typer.Option("--host", help="Address to listen on; keep it on loopback unless behind a proxy.")
     ] = "127.0.0.1",
@@ -108,6 +119,8 @@ def serve_cmd(
         namespaces=tuple(namespace or ()),
         mode=str(mode),
         probe=str(probe),
+        receipts=receipts,
+        receipt_key=key,
         host=host,
         port=port,
         default_max_tokens=max_tokens,

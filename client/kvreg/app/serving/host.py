@@ -6,7 +6,9 @@ as :func:`kvreg.app.ask.ask` does for ``kvreg ask`` — route over the local sto
 registry, lazy pull, on-demand chunk fetch, graft or fall back with the reason, decode —
 in one worker thread: requests wait in the executor's queue, in order, and never share
 a cache or run on the model at the same time. With ``probe="once"`` (the default) a witness probe that
-passed is remembered in the store, and repeat grafts of that artifact skip it. A request whose client is gone
+passed is remembered in the store, and repeat grafts of that artifact skip it. With
+``receipts=REMOTE`` each graft's signed receipt is queued to that registry, sent from a
+thread of its own so the next request does not wait for it. A request whose client is gone
 (``Job.cancelled``) is skipped if it has not started and stops at its next token if it has.
 
 Nothing here speaks HTTP; :mod:`.server` does.
@@ -25,11 +27,14 @@ from typing import TYPE_CHECKING, Any
 from kvreg.app.ask import ASK_MODES, AskResult, RemoteSource, ask
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
+from kvreg.app.graft_receipt import receipt_sender
+from kvreg.app.keyring import DEFAULT_KEY_NAME, load_signing_key
 from kvreg.app.loader import load_engine
 from kvreg.app.prompts import ChatMessages, encode_prompt
 from kvreg.app.serving.protocol import ApiError
 from kvreg.app.serving.textstream import TextStream
 from kvreg.core.errors import KvregError, UsageError
+from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
@@ -63,6 +68,7 @@ class Job:
 class JobResult:
     job: Job
     result: AskResult
+    receipt: dict[str, Any] | None = None  # with --receipts: queued (sent from its own thread), or why not
 
     @property
     def prompt_tokens(self) -> int:
@@ -99,6 +105,7 @@ class JobResult:
             "probe": data["probe"],
             "refused_modes": data["refused_modes"],
             "remote": data["remote"],
+            "receipt": self.receipt,
             "timings": data["timings"],
         }
 
@@ -116,6 +123,8 @@ class ModelHost:
         mode: str = "auto",
         remote: RemoteSource | None = None,
         probe: str = "once",
+        receipts: str | None = None,
+        receipt_key: str = DEFAULT_KEY_NAME,
         feedback: Feedback | None = None,
     ) -> None:
         if mode not in ASK_MODES:
@@ -123,6 +132,10 @@ class ModelHost:
         if probe not in PROBE_POLICIES:
             raise UsageError(f"unknown probe policy {probe!r}", hint="choose once or always")
         self.home, self.mode, self.remote, self.probe = home, mode, remote, probe
+        self.receipts_to, self.receipt_key = receipts, receipt_key
+        if receipts is not None:
+            RemoteConfig(home).get(receipts)  # NotFoundError with the command that adds it, before loading
+            load_signing_key(home, receipt_key)  # the key that signs them must exist
         self.name = name or str(model)
         self.lm: LoadedModel
         self.lm, self.load_seconds = load_engine(feedback or Silent(), model, engine.for_new(), home)
@@ -130,11 +143,15 @@ class ModelHost:
         text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
         self.context_length = int(getattr(text_cfg, "max_position_embeddings", 0) or 0)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-model")
+        # Receipts go out from their own thread: the next request does not wait for the registry.
+        self.receipt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-receipts")
+        self.receipts: list[dict[str, Any]] = []  # what each receipt sent (or why not), in order
         self.answered = 0  # requests run on the model
         self.stopped: list[int] = []  # for each request cut short by its client leaving: tokens decoded
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+        self.receipt_executor.shutdown(wait=True)
 
     # --- prompts --------------------------------------------------------------------------
 
@@ -199,8 +216,39 @@ class ModelHost:
             remember_probes=self.probe == "once",
         )
         job.stream.finish()
+        receipt = self._send_receipt(result)
         self.answered += 1
         if job.cancelled.is_set():
             self.stopped.append(len(job.stream.tokens))
             log.info("serve: a request was stopped after %d tokens: its client left", len(job.stream.tokens))
-        return JobResult(job, result)
+        return JobResult(job, result, receipt)
+
+    def _send_receipt(self, result: AskResult) -> dict[str, Any] | None:
+        """Queue the graft's signed receipt for ``--receipts REMOTE``; what the answer says of it."""
+        artifact, outcome = result.plan.artifact, result.generation.outcome
+        if self.receipts_to is None or artifact is None or outcome is None:
+            return None
+        try:
+            sender = receipt_sender(self.home, artifact, self.receipts_to, self.receipt_key)
+        except KvregError as exc:
+            log.warning("serve: no receipt for %s: %s", artifact.digest, exc.message)
+            return {"remote": self.receipts_to, "queued": False, "reason": exc.message}
+        if sender is None:
+            return None
+        plan, lm = result.plan, self.lm
+        graft = {
+            "graft_tokens": plan.graft_tokens,
+            "prompt_tokens": plan.prompt_tokens,
+            "decoded_tokens": result.decoded_tokens,
+            "whole": plan.whole,
+        }
+        witness = "skipped" if outcome.probe is None else "pass"
+
+        def send() -> None:
+            sent = sender.send(Silent(), lm, witness=witness, check=None, graft=graft)
+            if not sent.get("sent"):
+                log.warning("serve: the receipt of %s was not sent: %s", artifact.digest, sent)
+            self.receipts.append(sent)
+
+        self.receipt_executor.submit(send)
+        return {"remote": self.receipts_to, "queued": True, "witness": witness}

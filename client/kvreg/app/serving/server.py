@@ -34,6 +34,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from kvreg.app.ask import remote_source
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
+from kvreg.app.keyring import DEFAULT_KEY_NAME
 from kvreg.app.serving import protocol
 from kvreg.app.serving.host import Cancelled, Job, JobResult, ModelHost
 from kvreg.app.serving.protocol import ApiError, ChatRequest, CompletionRequest
@@ -255,6 +256,8 @@ class EngineServeRequest:
     namespaces: Sequence[str] = ()
     mode: str = "auto"
     probe: str = "once"  # once: remember passed witness probes; always: probe every graft
+    receipts: str | None = None  # send each graft's signed receipt to this remote
+    receipt_key: str = DEFAULT_KEY_NAME
     host: str = "127.0.0.1"
     port: int = 8000
     default_max_tokens: int = DEFAULT_MAX_TOKENS
@@ -296,6 +299,8 @@ def serve_engine(
             name=request.name or str(request.model),
             mode=request.mode,
             probe=request.probe,
+            receipts=request.receipts,
+            receipt_key=request.receipt_key,
             remote=source,
             feedback=feedback,
         )
