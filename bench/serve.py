@@ -15,6 +15,10 @@ Request classes (streamed chat completions, ``temperature`` 0, ``--max-tokens``)
 - **shared**: an 8-shot question that is not (the prefix grafted, the question prefilled);
 - **unseen**: a bare question with no few-shot examples (nothing to graft).
 
+The shared class runs once more with ``--probe always`` (the witness probe on every graft)
+and with ``--probe once`` (a passed probe remembered per artifact and config), to show
+what remembering saves.
+
 Each class runs with the server's cache on (``--mode auto``) and then off (the same server
 switched to ``off``: no load between). Reported per class and mode: time to first token
 and total latency (p50, p95), and whether the streamed text matched the uncached run
@@ -246,6 +250,11 @@ def main() -> int:
         for name in ("shared", "unseen"):
             report[name]["same_text_as_uncached"] = texts[name]["auto"] == texts[name]["off"]
         host.mode = "auto"
+        for probe in ("always", "once"):  # the witness probe on every graft, and remembered
+            host.probe = probe
+            log(f"shared, cache on, --probe {probe}: {len(classes['shared'])} requests")
+            runs = [one_request(url, m, args.max_tokens) for m in classes["shared"]]
+            report["shared"][f"cache_on_probe_{probe}"] = summarize(runs)
         load = classes["shared"] * max(1, 8 // max(1, n))
         report["throughput"] = [throughput(url, load, c, args.max_tokens) for c in (1, 4)]
     finally:
@@ -269,6 +278,11 @@ def main() -> int:
                     f"{name:8} {label:5} {s['ttft_p50']:9.3f} {s['ttft_p95']:9.3f} "
                     f"{s['total_p50']:10.3f} {s['total_p95']:10.3f}  {','.join(s['modes'])}"
                 )
+        for probe in ("always", "once"):
+            s = report["shared"][f"cache_on_probe_{probe}"]
+            print(
+                f"shared, --probe {probe:6}: ttft p50 {s['ttft_p50']:.3f} s, total p50 {s['total_p50']:.3f} s"
+            )
         for t in report["throughput"]:
             print(
                 f"{t['clients']} client(s): {t['requests_per_second']:.2f} requests/s, "

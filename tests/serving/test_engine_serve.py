@@ -319,3 +319,24 @@ def test_a_passed_probe_is_remembered_and_a_repeat_graft_skips_it(
     first, second = facts[0]["probe"], facts[1]["probe"]
     assert first["kv_equal"] is True and "skipped" not in first
     assert second["skipped"] is True and second["remembered"] == first
+
+
+def test_an_engine_failure_is_an_error_object_streamed_or_not(
+    client: openai.OpenAI, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvreg.core.errors import IntegrityError
+
+    def broken(job: Any) -> Any:
+        raise IntegrityError("a chunk failed its digest")
+
+    monkeypatch.setattr(served.host, "run", broken)
+    with pytest.raises(openai.InternalServerError) as failed:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert _error(failed.value)["type"] == "server_error"
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", served.url + "/completions", json=body, timeout=120) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert json.loads(lines[-2][6:])["error"]["message"] == "a chunk failed its digest"
+    assert lines[-1] == "data: [DONE]"
+    monkeypatch.undo()
+    assert client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=0).choices

@@ -105,6 +105,12 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
         )
         return JSONResponse(err.body(), status_code=exc.status_code)
 
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("serve: unexpected error", exc_info=exc)
+        err = ApiError(f"internal error: {type(exc).__name__}", status=500, type="server_error")
+        return JSONResponse(err.body(), status_code=500)
+
     def model_card() -> dict[str, Any]:
         lm = host.lm
         return {
@@ -219,6 +225,12 @@ async def _events(
             res: JobResult = future.result()
         except KvregError as exc:
             yield protocol.sse(_from_kvreg(exc).body())
+            yield protocol.DONE
+            return
+        except Exception as exc:  # the stream has started: the error goes in it, as an event
+            log.exception("serve: unexpected error in %s", rid, exc_info=exc)
+            err = ApiError(f"internal error: {type(exc).__name__}", status=500, type="server_error")
+            yield protocol.sse(err.body())
             yield protocol.DONE
             return
         piece = job.stream.delta()
