@@ -238,7 +238,12 @@ def main() -> int:
             "unseen": [question_messages(p.question) for p in unseen],
         }
         one_request(url, classes["unseen"][0], 1)  # warm-up
-        report: dict[str, Any] = {"model": args.model, "problems": n, "shots": args.shots}
+        report: dict[str, Any] = {
+            "model": args.model,
+            "problems": n,
+            "shots": args.shots,
+            "quick": args.quick,
+        }
         texts: dict[str, dict[str, list[str]]] = {}
         for mode in ("auto", "off"):
             host.mode = mode
