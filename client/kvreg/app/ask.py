@@ -36,6 +36,7 @@ module never imports torch.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -58,13 +59,14 @@ from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.auditlog import contact
 from kvreg.remote.ondemand import ensure_objects, ensured, needed_for_graft
 from kvreg.remote.pulling import pull
+from kvreg.store import probes
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
     from kvreg.core.keys import PublicKey
     from kvreg.engine.router import RoutedGeneration, RoutePlan
-    from kvreg.engine.runtime import LoadedModel
+    from kvreg.engine.runtime import Chooser, LoadedModel, TokenSink
     from kvreg.remote.api.search import RouteCandidate
     from kvreg.remote.auditlog import RemoteLog
     from kvreg.remote.http import RegistryClient
@@ -130,6 +132,7 @@ class AskResult:
     refused: list[dict[str, Any]]  # the plans of modes tried before the one used, and why they fell back
     remote: RemoteReport | None
     timings: dict[str, float]
+    remembered_probe: dict[str, Any] | None = None  # the passed probe that let this graft skip its own
 
     @property
     def plan(self) -> RoutePlan:
@@ -152,6 +155,19 @@ class AskResult:
     def prefilled_tokens(self) -> int:
         return self.plan.prompt_tokens if self.generation.fallback else self.plan.prefill_tokens
 
+    def _probe(self) -> dict[str, Any] | None:
+        outcome = self.generation.outcome
+        if outcome is None:
+            return None
+        if outcome.probe is None and self.remembered_probe is not None:
+            return {
+                "skipped": True,
+                "reason": "a probe of this artifact passed before under this config",
+                "passed_at": self.remembered_probe.get("passed_at"),
+                "remembered": self.remembered_probe.get("probe"),
+            }
+        return outcome.probe
+
     def to_dict(self, completion: str | None = None) -> dict[str, Any]:
         plan = self.plan.to_dict()
         return {
@@ -166,7 +182,7 @@ class AskResult:
             "prefilled_tokens": self.prefilled_tokens,
             "decoded_tokens": self.decoded_tokens,
             "blocks": 0 if self.generation.fallback else plan["blocks"],
-            "probe": self.generation.outcome.probe if self.generation.outcome else None,
+            "probe": self._probe(),
             "completion": completion,
             "output_tokens": self.generation.decoded.tokens,
             "skipped": plan["skipped"],
@@ -188,8 +204,18 @@ def ask(
     trust: TrustPolicy | None = None,
     verify: bool = True,
     probe: bool = True,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
+    remember_probes: bool = False,
 ) -> AskResult:
-    """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode."""
+    """Answer ``prompt`` (token ids, BOS included): discover, route, fetch, graft, decode.
+
+    ``choose`` (sampling, ``kvreg.engine.sampling``) and ``on_token`` (told each completion
+    token as it comes; False stops) go to the decoding; without them it is greedy, whole.
+    With ``remember_probes``, a witness probe that passed is remembered in the store
+    (``kvreg.store.probes``) and a later graft of the same artifact under the same config
+    skips it; the result's ``probe`` then says so.
+    """
     # Imported here, not at the top: the engine imports torch, and the model is loaded by now.
     from kvreg.engine.router import RoutePlan, generate_planned
 
@@ -230,16 +256,30 @@ def ask(
         "probe": probe,
         "stop_at_eos": stop_at_eos,
         "timings": timings,
+        "choose": choose,
+        "on_token": on_token,
     }
+    remembered: dict[str, Any] | None = None
+    chosen_digest = chosen.artifact.digest if chosen.artifact is not None else None
+    if remember_probes and probe and chosen_digest is not None:
+        remembered = probes.remembered(home, chosen_digest, lm.config.fingerprint)
+        if remembered is not None:
+            options["probe"] = False
     if remote is not None and chosen.artifact is not None and report is not None:
         generation = _fetch_and_generate(lm, home, prompt, chosen, remote, report, options)
     else:
         generation = generate_planned(lm, home, prompt, chosen, **options)
+    outcome = generation.outcome
+    passed = outcome.probe if outcome is not None else None  # it ran and passed (a failure refuses)
+    if remember_probes and remembered is None and chosen_digest is not None and passed is not None:
+        when = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        probes.remember(home, chosen_digest, lm.config.fingerprint, passed, when=when)
     timings = dict(generation.timings)
     timings["total_seconds"] = time.perf_counter() - started
     generation.timings = timings
     completion = list(generation.tokens[len(prompt) :]) + list(generation.decoded.tokens)
-    return AskResult(mode, generation, completion, refused, report, timings)
+    skipped_probe = remembered if outcome is not None and outcome.probe is None else None
+    return AskResult(mode, generation, completion, refused, report, timings, skipped_probe)
 
 
 # --- the registry half -------------------------------------------------------------------
@@ -419,7 +459,7 @@ class AskReport:
 
 
 @contextlib.contextmanager
-def _remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> Iterator[RemoteSource | None]:
+def remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> Iterator[RemoteSource | None]:
     if name is None:
         yield None
         return
@@ -436,7 +476,7 @@ def answer(home: Home, request: AskRequest, feedback: Feedback | None = None) ->
     lm, _ = load_engine(feedback, request.model, request.engine.for_new(), home)
     prompt = encode_prompt(lm, request.prompt_text)
     with (
-        _remote_source(home, request.remote, request.namespaces) as source,
+        remote_source(home, request.remote, request.namespaces) as source,
         feedback.status(f"answering ({request.mode}, {len(prompt)} tokens)"),
     ):
         result = ask(

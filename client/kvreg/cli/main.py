@@ -28,6 +28,7 @@ from kvreg.cli import (
     config,
     demo,
     deposit,
+    engine,
     flywheel,
     graft,
     inspect,
@@ -126,6 +127,7 @@ def build_app() -> typer.Typer:
     remote.register(app)
     audit.register(app)
     serve.register(app)
+    engine.register(app)
     demo.register(app)
     return app
 

@@ -47,8 +47,10 @@ from kvreg.core.manifest_schema import ChunkEntry
 from kvreg.engine.chunks import ChunkLayout, parse_chunk
 from kvreg.engine.pinned import DTYPES, diff_fields
 from kvreg.engine.runtime import (
+    Chooser,
     Decoded,
     LoadedModel,
+    TokenSink,
     cache_from_blocks,
     decode,
     logits_digest,
@@ -361,9 +363,17 @@ def graft(
 
 
 def continue_decoding(
-    lm: LoadedModel, outcome: GraftOutcome, steps: int, *, stop_at_eos: bool = False
+    lm: LoadedModel,
+    outcome: GraftOutcome,
+    steps: int,
+    *,
+    stop_at_eos: bool = False,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
 ) -> Decoded:
     t = time.perf_counter()
-    out = decode(lm, outcome.cache, outcome.logits, steps, stop_at_eos=stop_at_eos)
+    out = decode(
+        lm, outcome.cache, outcome.logits, steps, stop_at_eos=stop_at_eos, choose=choose, on_token=on_token
+    )
     outcome.timings["decode_seconds"] = time.perf_counter() - t
     return out

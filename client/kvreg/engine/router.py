@@ -32,7 +32,7 @@ from typing import Any
 from kvreg.core.errors import KvregError, ObjectNotFoundError, RouteMismatchError, UnverifiedArtifactError
 from kvreg.core.manifest import Manifest
 from kvreg.engine.graft import GraftOutcome, check_compatible, common_prefix, continue_decoding, graft
-from kvreg.engine.runtime import Decoded, LoadedModel, decode, new_cache, prefill
+from kvreg.engine.runtime import Chooser, Decoded, LoadedModel, TokenSink, decode, new_cache, prefill
 from kvreg.store.artifacts import Artifact, read_tokens
 from kvreg.store.home import Home
 
@@ -92,6 +92,7 @@ class RoutePlan:
                 "verdict": m.verification.verdict if m.verification else None,
                 "verifier": m.verification.verifier if m.verification else None,
                 "title": m.annotations.get("title"),
+                "signers": [sig.keyid for sig in self.artifact.envelope.signatures if sig.keyid],
             }
         return {
             "mode": self.mode,
@@ -245,12 +246,18 @@ class RoutedGeneration:
 
 
 def plain_generate(
-    lm: LoadedModel, tokens: Sequence[int], steps: int, *, stop_at_eos: bool = False
+    lm: LoadedModel,
+    tokens: Sequence[int],
+    steps: int,
+    *,
+    stop_at_eos: bool = False,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
 ) -> Decoded:
-    """No cache: prefill ``tokens`` on the grid from position 0, then decode greedily."""
+    """No cache: prefill ``tokens`` on the grid from position 0, then decode (greedily unless ``choose``)."""
     cache = new_cache(lm)
     logits, _ = prefill(lm, cache, list(tokens), 0)
-    return decode(lm, cache, logits, steps, stop_at_eos=stop_at_eos)
+    return decode(lm, cache, logits, steps, stop_at_eos=stop_at_eos, choose=choose, on_token=on_token)
 
 
 def generate_planned(
@@ -264,11 +271,16 @@ def generate_planned(
     probe: bool = True,
     stop_at_eos: bool = False,
     timings: dict[str, float] | None = None,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
 ) -> RoutedGeneration:
     """Carry out ``plan`` (from ``kvreg.app.router.route``): compare tokens again, graft and decode.
 
     On any refusal (tokens, fingerprints, a missing or corrupt chunk, a failed
     probe) the plan is marked refused and the prompt runs with no cache.
+    ``choose`` and ``on_token`` go to :func:`kvreg.engine.runtime.decode`; in knowledge
+    mode ``on_token`` is first told the artifact's tokens after the prompt (its answer),
+    and decoding is skipped when it says stop among them.
     """
     prompt = list(prompt)
     timings = dict(timings or {})
@@ -290,9 +302,16 @@ def generate_planned(
             log.warning("route: graft of %s refused, generating without it: %s", manifest.digest, exc.message)
             plan.refuse(exc)
         else:
-            decoded = continue_decoding(lm, outcome, max_new_tokens, stop_at_eos=stop_at_eos)
+            if on_token is not None and not all(on_token(t) for t in read[len(prompt) :]):
+                decoded = Decoded([], [])
+            else:
+                decoded = continue_decoding(
+                    lm, outcome, max_new_tokens, stop_at_eos=stop_at_eos, choose=choose, on_token=on_token
+                )
             return RoutedGeneration(plan, decoded, list(read), outcome, {**timings, **outcome.timings})
     t = time.perf_counter()
-    decoded = plain_generate(lm, prompt, max_new_tokens, stop_at_eos=stop_at_eos)
+    decoded = plain_generate(
+        lm, prompt, max_new_tokens, stop_at_eos=stop_at_eos, choose=choose, on_token=on_token
+    )
     timings["plain_seconds"] = time.perf_counter() - t
     return RoutedGeneration(plan, decoded, prompt, None, timings)

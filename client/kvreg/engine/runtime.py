@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,6 +342,10 @@ def prefill(
     return logits, captured
 
 
+Chooser = Callable[[torch.Tensor], int]  # next-token logits -> the token decoded
+TokenSink = Callable[[int], bool]  # told each token as it is decoded; False stops the decoding
+
+
 @dataclass
 class Decoded:
     tokens: list[int]
@@ -356,19 +360,31 @@ def decode(
     *,
     forced: Sequence[int] | None = None,
     stop_at_eos: bool = False,
+    choose: Chooser | None = None,
+    on_token: TokenSink | None = None,
 ) -> Decoded:
     """Greedy decoding, one token at a time, from the logits after the prompt.
 
     ``forced`` feeds given tokens instead of the argmax (a check's fresh run follows
-    the graft's tokens, so its logits stay comparable step by step).
+    the graft's tokens, so its logits stay comparable step by step). ``choose`` picks
+    the token from the logits instead of the argmax (sampling, ``kvreg.engine.sampling``);
+    ``on_token`` is told each token as it is chosen and stops the decoding by returning
+    False (a stop string, a client gone). Without them nothing changes: greedy, to the bit.
     """
     logits = first_logits
     out = Decoded([], [])
     eos = lm.tokenizer.eos_token_id
     for step in range(steps):
-        token = int(forced[step]) if forced is not None else int(torch.argmax(logits).item())
+        if forced is not None:
+            token = int(forced[step])
+        elif choose is not None:
+            token = choose(logits)
+        else:
+            token = int(torch.argmax(logits).item())
         out.tokens.append(token)
         out.logits.append(logits)
+        if on_token is not None and not on_token(token):
+            break
         if step == steps - 1 or (stop_at_eos and token == eos):
             break
         logits = forward(lm, cache, [token], cache.get_seq_length())

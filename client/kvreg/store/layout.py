@@ -75,6 +75,11 @@ class Layout:
         return self.root / "config.json"
 
     @property
+    def probes_dir(self) -> Path:
+        """``cache/probes/``: the witness probes that passed on this host (``kvreg.store.probes``)."""
+        return self.cache_dir / "probes"
+
+    @property
     def paging_dir(self) -> Path:
         """``cache/paging/``: eviction's runtime state (the access log, leases, their locks)."""
         return self.cache_dir / "paging"

@@ -1,0 +1,254 @@
+"""The one model a server holds, and the single worker thread every request queues for.
+
+:class:`ModelHost` loads the model once under its pinned config (``kvreg.app.loader``),
+opens the remote (when one is named) for the server's lifetime, and runs each request
+as :func:`kvreg.app.ask.ask` does for ``kvreg ask`` — route over the local store and the
+registry, lazy pull, on-demand chunk fetch, graft or fall back with the reason, decode —
+in one worker thread: requests wait in the executor's queue, in order, and never share
+a cache or run on the model at the same time. With ``probe="once"`` (the default) a witness probe that
+passed is remembered in the store, and repeat grafts of that artifact skip it. With
+``receipts=REMOTE`` each graft's signed receipt is queued to that registry, sent from a
+thread of its own so the next request does not wait for it. A request whose client is gone
+(``Job.cancelled``) is skipped if it has not started and stops at its next token if it has.
+
+Nothing here speaks HTTP; :mod:`.server` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvreg.app.ask import ASK_MODES, AskResult, RemoteSource, ask
+from kvreg.app.engine_options import EngineOptions
+from kvreg.app.feedback import Feedback, Silent
+from kvreg.app.graft_receipt import receipt_sender
+from kvreg.app.keyring import DEFAULT_KEY_NAME, load_signing_key
+from kvreg.app.loader import load_engine
+from kvreg.app.prompts import ChatMessages, encode_prompt
+from kvreg.app.serving.protocol import ApiError
+from kvreg.app.serving.textstream import TextStream
+from kvreg.core.errors import KvregError, UsageError
+from kvreg.remote.remotes import RemoteConfig
+from kvreg.store.home import Home
+
+if TYPE_CHECKING:
+    from kvreg.engine.runtime import LoadedModel
+
+log = logging.getLogger(__name__)
+
+# once: a witness probe that passed is remembered per (artifact, config) and repeat grafts skip it;
+# always: every graft probes (kvreg ask's behaviour)
+PROBE_POLICIES = ("once", "always")
+
+
+class Cancelled(Exception):
+    """The client went away before its request reached the model."""
+
+
+@dataclass
+class Job:
+    """One request for the model: its prompt tokens, decoding settings and its text stream."""
+
+    prompt: list[int]
+    stream: TextStream
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    on_delta: Callable[[], None] | None = None  # called (in the worker) after each token is taken
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class JobResult:
+    job: Job
+    result: AskResult
+    receipt: dict[str, Any] | None = None  # with --receipts: queued (sent from its own thread), or why not
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.job.prompt)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens restored from kvreg (a knowledge graft's answer tokens are not prompt)."""
+        return min(self.result.grafted_tokens, len(self.job.prompt))
+
+    def facts(self) -> dict[str, Any]:
+        """The answer's kvreg facts: the ``kvreg`` extension field of the response."""
+        data = self.result.to_dict()
+        art = data["artifact"]
+        return {
+            "requested_mode": data["requested_mode"],
+            "mode": data["mode"],
+            "fallback": data["fallback"],
+            "reason": data["reason"],
+            "error": data["error"],
+            "artifact": None
+            if art is None
+            else {
+                "ref": art["ref"],
+                "digest": art["manifest_digest"],
+                "verdict": art["verdict"],
+                "verifier": art["verifier"],
+                "signers": art.get("signers", []),
+            },
+            "grafted_tokens": data["grafted_tokens"],
+            "prefilled_tokens": data["prefilled_tokens"],
+            "decoded_tokens": data["decoded_tokens"],
+            "cached_tokens": self.cached_tokens,
+            "probe": data["probe"],
+            "refused_modes": data["refused_modes"],
+            "remote": data["remote"],
+            "receipt": self.receipt,
+            "timings": data["timings"],
+        }
+
+
+class ModelHost:
+    """The loaded model, the store, the remote, and the worker thread requests queue for."""
+
+    def __init__(
+        self,
+        home: Home,
+        model: str | Path,
+        engine: EngineOptions,
+        *,
+        name: str | None = None,
+        mode: str = "auto",
+        remote: RemoteSource | None = None,
+        probe: str = "once",
+        receipts: str | None = None,
+        receipt_key: str = DEFAULT_KEY_NAME,
+        feedback: Feedback | None = None,
+    ) -> None:
+        if mode not in ASK_MODES:
+            raise UsageError(f"unknown mode {mode!r}", hint=f"choose one of: {', '.join(ASK_MODES)}")
+        if probe not in PROBE_POLICIES:
+            raise UsageError(f"unknown probe policy {probe!r}", hint="choose once or always")
+        self.home, self.mode, self.remote, self.probe = home, mode, remote, probe
+        self.receipts_to, self.receipt_key = receipts, receipt_key
+        if receipts is not None:
+            RemoteConfig(home).get(receipts)  # NotFoundError with the command that adds it, before loading
+            load_signing_key(home, receipt_key)  # the key that signs them must exist
+        self.name = name or str(model)
+        self.lm: LoadedModel
+        self.lm, self.load_seconds = load_engine(feedback or Silent(), model, engine.for_new(), home)
+        cfg = self.lm.model.config
+        text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
+        self.context_length = int(getattr(text_cfg, "max_position_embeddings", 0) or 0)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-model")
+        # Receipts go out from their own thread: the next request does not wait for the registry.
+        self.receipt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-receipts")
+        self.receipts: list[dict[str, Any]] = []  # what each receipt sent (or why not), in order
+        self.answered = 0  # requests run on the model
+        self.stopped: list[int] = []  # for each request cut short by its client leaving: tokens decoded
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.receipt_executor.shutdown(wait=True)
+
+    # --- prompts --------------------------------------------------------------------------
+
+    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+        try:
+            return encode_prompt(self.lm, ChatMessages.parse(messages, source="messages"))
+        except KvregError as exc:
+            raise ApiError(exc.message, param="messages") from None
+
+    def text_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return encode_prompt(self.lm, prompt)
+        vocab = len(self.lm.tokenizer)
+        if not prompt or any(not 0 <= t < vocab for t in prompt):
+            raise ApiError(f"prompt token ids must be a non-empty list in [0, {vocab})", param="prompt")
+        return list(prompt)
+
+    def new_stream(self, max_tokens: int, stops: tuple[str, ...]) -> TextStream:
+        def decode(ids: Sequence[int]) -> str:
+            return str(self.lm.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+        return TextStream(decode, max_tokens, stops, eos=self.lm.tokenizer.eos_token_id)
+
+    def check_length(self, prompt: Sequence[int], max_tokens: int) -> None:
+        if not prompt:
+            raise ApiError("the prompt has no tokens", param="prompt")
+        if self.context_length and len(prompt) + max_tokens > self.context_length:
+            raise ApiError(
+                f"this model's maximum context length is {self.context_length} tokens; the request asks "
+                f"for {len(prompt)} prompt tokens and up to {max_tokens} completion tokens",
+                param="max_tokens" if len(prompt) < self.context_length else "messages",
+                code="context_length_exceeded",
+            )
+
+    # --- the worker -----------------------------------------------------------------------
+
+    def run(self, job: Job) -> JobResult:
+        """Answer ``job`` on the model (in the worker thread): route, graft or not, decode."""
+        if job.cancelled.is_set():
+            self.stopped.append(0)
+            raise Cancelled
+        from kvreg.engine.sampling import sampler  # torch; the model is loaded by now
+
+        choose = sampler(job.temperature, top_p=job.top_p, seed=job.seed)
+
+        def on_token(token: int) -> bool:
+            more = job.stream.feed(token)
+            if job.on_delta is not None:
+                job.on_delta()
+            return more and not job.cancelled.is_set()
+
+        result = ask(
+            self.lm,
+            self.home,
+            job.prompt,
+            mode=self.mode,
+            remote=self.remote,
+            max_new_tokens=job.stream.max_tokens,
+            stop_at_eos=True,
+            choose=choose,
+            on_token=on_token,
+            remember_probes=self.probe == "once",
+        )
+        job.stream.finish()
+        receipt = self._send_receipt(result)
+        self.answered += 1
+        if job.cancelled.is_set():
+            self.stopped.append(len(job.stream.tokens))
+            log.info("serve: a request was stopped after %d tokens: its client left", len(job.stream.tokens))
+        return JobResult(job, result, receipt)
+
+    def _send_receipt(self, result: AskResult) -> dict[str, Any] | None:
+        """Queue the graft's signed receipt for ``--receipts REMOTE``; what the answer says of it."""
+        artifact, outcome = result.plan.artifact, result.generation.outcome
+        if self.receipts_to is None or artifact is None or outcome is None:
+            return None
+        try:
+            sender = receipt_sender(self.home, artifact, self.receipts_to, self.receipt_key)
+        except KvregError as exc:
+            log.warning("serve: no receipt for %s: %s", artifact.digest, exc.message)
+            return {"remote": self.receipts_to, "queued": False, "reason": exc.message}
+        if sender is None:
+            return None
+        plan, lm = result.plan, self.lm
+        graft = {
+            "graft_tokens": plan.graft_tokens,
+            "prompt_tokens": plan.prompt_tokens,
+            "decoded_tokens": result.decoded_tokens,
+            "whole": plan.whole,
+        }
+        witness = "skipped" if outcome.probe is None else "pass"
+
+        def send() -> None:
+            sent = sender.send(Silent(), lm, witness=witness, check=None, graft=graft)
+            if not sent.get("sent"):
+                log.warning("serve: the receipt of %s was not sent: %s", artifact.digest, sent)
+            self.receipts.append(sent)
+
+        self.receipt_executor.submit(send)
+        return {"remote": self.receipts_to, "queued": True, "witness": witness}

@@ -1,0 +1,139 @@
+"""``kvreg engine``: the engine as a long-lived process; ``kvreg engine serve`` for now.
+
+``serve`` loads one model once under its pinned config and answers OpenAI's
+``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models`` on it, each request
+routed and grafted as ``kvreg ask`` does (``kvreg.app.serving``). It prints where it
+listens, then blocks until interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import typer
+
+from kvreg import console as output
+from kvreg.cli import common
+from kvreg.cli.ask import AskMode
+from kvreg.cli.engine_options import (
+    AttnOpt,
+    BlockSizeOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ProfileOpt,
+    ThreadsOpt,
+    bundle,
+)
+from kvreg.core.errors import UsageError
+
+
+class ProbePolicy(enum.StrEnum):
+    once = "once"
+    always = "always"
+
+
+def serve_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option("--model", metavar="MODEL", help=common.MODEL_HELP)],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name", metavar="ID", help="The model id clients send and /v1/models lists (default: --model)."
+        ),
+    ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote",
+            metavar="NAME",
+            help="Also route over this registry (kvreg remote add): candidates are pulled lazily "
+            "and only the chunks a graft reads are fetched, each verified.",
+        ),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", "-n", metavar="NS", help="With --remote: route within NS only (repeatable)."
+        ),
+    ] = None,
+    mode: Annotated[
+        AskMode,
+        typer.Option("--mode", help="How each request uses the store, as for kvreg ask."),
+    ] = AskMode.auto,
+    probe: Annotated[
+        ProbePolicy,
+        typer.Option(
+            "--probe",
+            help="once: a witness probe that passed is remembered in the store per (artifact, config) "
+            "and repeat grafts skip it; always: every graft probes.",
+        ),
+    ] = ProbePolicy.once,
+    receipts: Annotated[
+        str | None,
+        typer.Option(
+            "--receipts",
+            metavar="REMOTE",
+            help="Send a signed graft receipt to REMOTE after every graft (from a thread of its own).",
+        ),
+    ] = None,
+    key: Annotated[
+        str, typer.Option("--key", metavar="NAME", help="With --receipts: the signing key's name.")
+    ] = "default",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on; keep it on loopback unless behind a proxy.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0 picks a free one).")] = 8000,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens", min=1, max=1 << 20, help="Completion tokens when a request does not say."
+        ),
+    ] = 128,
+    dtype: DtypeOpt = None,
+    threads: ThreadsOpt = None,
+    attn: AttnOpt = None,
+    profile: ProfileOpt = None,
+    device: DeviceOpt = None,
+    block_size: BlockSizeOpt = None,
+) -> None:
+    """Serve a model over the OpenAI API, with the verified registry as its prompt cache.
+
+    Examples:
+
+      kvreg engine serve --model smollm2 --port 8000
+
+      OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=unused python my_app.py
+
+      kvreg engine serve --model ./model --remote origin -n team --mode knowledge
+    """
+    from kvreg.app.serving.server import EngineServeRequest, serve_engine  # FastAPI, uvicorn
+
+    if namespace and remote is None:
+        raise UsageError("--namespace needs --remote")
+    out = output.get(ctx)
+    request = EngineServeRequest(
+        model=model,
+        name=name,
+        remote=remote,
+        namespaces=tuple(namespace or ()),
+        mode=str(mode),
+        probe=str(probe),
+        receipts=receipts,
+        receipt_key=key,
+        host=host,
+        port=port,
+        default_max_tokens=max_tokens,
+        engine=bundle(dtype, threads, attn, profile, device, block_size),
+    )
+
+    def ready(url: str, served: object) -> None:
+        out.note(f"kvreg engine serving {request.name or model} at {url} (mode {mode}); Ctrl-C stops it")
+
+    serve_engine(common.home(ctx), request, out, on_ready=ready)
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="The engine as a server: serve (OpenAI-compatible).", no_args_is_help=True)
+    group.command("serve")(serve_cmd)
+    app.add_typer(group, name="engine")

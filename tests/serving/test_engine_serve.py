@@ -1,0 +1,342 @@
+"""``kvreg engine serve`` with the real ``openai`` client: chat and completion, streamed and not,
+answers from the store byte-identical to uncached greedy runs, fallbacks with their reason,
+concurrent clients, a dropped stream, and OpenAI's error object for bad requests."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from kvreg.core.keys import SigningKey
+from kvreg.core.names import RefName
+from kvreg.engine import deposit
+from kvreg.engine.chat import chat_prompt
+from kvreg.engine.router import plain_generate
+from serving.conftest import MODEL, Served
+
+PASS = {"verifier": "test.checker", "verdict": "pass", "evidence": {}}
+
+
+@pytest.fixture
+def client(served: Served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0, timeout=120)
+
+
+def _greedy(served: Served, prompt: list[int], steps: int) -> str:
+    """The text an uncached greedy run gives (stopping at EOS, special tokens skipped)."""
+    lm = served.host.lm
+    decoded = served.on_model(plain_generate, lm, prompt, steps, stop_at_eos=True)
+    return str(lm.tokenizer.decode(decoded.tokens, skip_special_tokens=True))
+
+
+def _text_prompt(served: Served, text: str) -> list[int]:
+    return served.on_model(served.host.text_tokens, text)
+
+
+def _chat_tokens(served: Served, messages: list[dict[str, str]]) -> list[int]:
+    return served.on_model(served.host.chat_tokens, messages)
+
+
+def _deposit(served: Served, ref: str, prompt: Any, text: str = "", **kw: Any) -> None:
+    key = kw.pop("key", served.key)
+    served.on_model(
+        deposit.deposit,
+        served.host.lm,
+        served.home,
+        text=text,
+        prompt=prompt,
+        ref=RefName.parse(ref),
+        key=key,
+        **kw,
+    )
+
+
+def test_models_lists_the_served_model(client: openai.OpenAI, served: Served) -> None:
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL]
+    facts = models[0].model_extra["kvreg"]  # type: ignore[index]
+    assert facts["config_fingerprint"] == str(served.host.lm.config.fingerprint)
+    assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_a_repeat_prompt_is_grafted_and_byte_identical_to_an_uncached_run(
+    client: openai.OpenAI, served: Served
+) -> None:
+    prompt = "The registry keeps verified states of long prompts; a repeat question reads them back."
+    tokens = _text_prompt(served, prompt)
+    expected = _greedy(served, tokens, 12)
+    first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
+    facts = first.model_extra["kvreg"]  # type: ignore[index]
+    assert first.choices[0].text == expected
+    assert facts["fallback"] and facts["reason"] and facts["artifact"] is None
+    assert first.usage is not None and first.usage.prompt_tokens == len(tokens)
+    assert first.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+
+    _deposit(served, "serve/repeat", prompt)  # the prompt alone, unverified: a prefix graft
+    raw = client.completions.with_raw_response.create(
+        model=MODEL, prompt=prompt, max_tokens=12, temperature=0
+    )
+    again = raw.parse()
+    facts = again.model_extra["kvreg"]  # type: ignore[index]
+    assert again.choices[0].text == expected  # byte-identical to the uncached greedy run
+    assert facts["mode"] == "prefix" and not facts["fallback"]
+    assert facts["artifact"]["ref"] == "serve/repeat" and facts["artifact"]["signers"]
+    assert again.usage is not None and again.usage.prompt_tokens_details is not None
+    assert again.usage.prompt_tokens_details.cached_tokens == len(tokens) == facts["grafted_tokens"]
+    assert raw.headers["x-kvreg-mode"] == "prefix"
+    assert raw.headers["x-kvreg-cached-tokens"] == str(len(tokens))
+    assert raw.headers["x-kvreg-artifact"] == facts["artifact"]["digest"]
+    # The knowledge try was refused first (the artifact is not verified), and said why.
+    assert [r["mode"] for r in facts["refused_modes"]] == ["knowledge"]
+
+
+def test_a_shared_prefix_is_grafted_and_the_rest_prefilled(client: openai.OpenAI, served: Served) -> None:
+    shared = "A long shared instruction that many requests begin with, the same words every time. "
+    _deposit(served, "serve/shared", shared)
+    prompt = shared + "Then a question of its own."
+    tokens = _text_prompt(served, prompt)
+    expected = _greedy(served, tokens, 10)
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=10, temperature=0)
+    facts = answer.model_extra["kvreg"]  # type: ignore[index]
+    assert answer.choices[0].text == expected
+    assert facts["mode"] == "prefix" and 0 < facts["grafted_tokens"] < len(tokens)
+    assert facts["prefilled_tokens"] == len(tokens) - facts["grafted_tokens"]
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens == facts["grafted_tokens"]
+
+
+def test_a_verified_chat_answer_comes_from_the_registry_streamed_and_not(
+    client: openai.OpenAI, served: Served
+) -> None:
+    messages = [{"role": "user", "content": "What is kvreg for?"}]
+    rendered = served.on_model(chat_prompt, served.host.lm, messages)
+    _deposit(served, "serve/answer", rendered, text=" Grafting verified states.", verification=PASS)
+    tokens = _chat_tokens(served, messages)
+    answer = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=40, temperature=0)  # type: ignore[arg-type]
+    facts = answer.model_extra["kvreg"]  # type: ignore[index]
+    assert facts["mode"] == "knowledge" and facts["artifact"]["verdict"] == "pass"
+    assert facts["artifact"]["verifier"] == "test.checker" and facts["probe"] is not None
+    assert facts["prefilled_tokens"] == 0
+    content = answer.choices[0].message.content
+    assert content is not None and content.startswith(" Grafting verified states.")
+    assert answer.usage is not None and answer.usage.prompt_tokens == len(tokens)
+    assert answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens == len(tokens)
+
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(pieces) == content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [answer.choices[0].finish_reason]
+    last = [c for c in chunks if c.choices][-1]
+    assert last.model_extra["kvreg"]["mode"] == "knowledge"  # type: ignore[index]
+    assert (
+        chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == answer.usage.completion_tokens
+    )
+
+
+def test_an_untrusted_artifact_falls_back_with_the_reason(client: openai.OpenAI, served: Served) -> None:
+    prompt = "Signed by a key this host does not trust, so it must not be grafted here."
+    _deposit(served, "serve/untrusted", prompt, key=SigningKey.generate())
+    tokens = _text_prompt(served, prompt)
+    expected = _greedy(served, tokens, 8)
+    raw = client.completions.with_raw_response.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    answer = raw.parse()
+    facts = answer.model_extra["kvreg"]  # type: ignore[index]
+    assert answer.choices[0].text == expected
+    assert facts["fallback"] and facts["mode"] == "off" and facts["artifact"] is None
+    said = json.dumps(facts["reason"]) + json.dumps(facts["refused_modes"]) + json.dumps(facts["error"])
+    assert "trust" in said.lower()
+    assert raw.headers["x-kvreg-fallback-reason"]
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens == 0
+
+
+def test_streamed_completion_is_the_same_text_in_pieces(client: openai.OpenAI, served: Served) -> None:
+    prompt = "Streaming sends the completion as it is decoded."
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
+    chunks = list(
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason == "length"
+
+
+def test_raw_stream_ends_with_done(served: Served) -> None:
+    body = {
+        "model": MODEL,
+        "prompt": "Server-sent events.",
+        "max_tokens": 4,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", served.url + "/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2][6:])["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_strings_cut_the_text(client: openai.OpenAI, served: Served) -> None:
+    prompt = "Stop strings end a completion early."
+    full = client.completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0).choices[0].text
+    assert len(full) > 6
+    stop = full[4:6]
+    cut = full[: full.find(stop)]
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0, stop=[stop])
+    assert answer.choices[0].text == cut and answer.choices[0].finish_reason == "stop"
+    chunks = list(
+        client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=16, temperature=0, stop=stop, stream=True
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == cut
+
+
+def test_sampling_with_a_seed_repeats(client: openai.OpenAI, served: Served) -> None:
+    def sample(seed: int) -> str:
+        r = client.completions.create(
+            model=MODEL, prompt="Sampling with a seed.", max_tokens=12, temperature=1.0, seed=seed
+        )
+        return r.choices[0].text
+
+    assert sample(7) == sample(7)
+    assert len({sample(s) for s in (1, 2, 3, 4)}) > 1
+
+
+def test_concurrent_clients_all_get_their_answer(client: openai.OpenAI, served: Served) -> None:
+    prompt = "Four clients at once, one model."
+    expected = _greedy(served, _text_prompt(served, prompt), 10)
+
+    def one(i: int) -> str:
+        c = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0, timeout=120)
+        if i % 2:
+            stream = c.completions.create(
+                model=MODEL, prompt=prompt, max_tokens=10, temperature=0, stream=True
+            )
+            return "".join(ch.choices[0].text for ch in stream if ch.choices)
+        return c.completions.create(model=MODEL, prompt=prompt, max_tokens=10, temperature=0).choices[0].text
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(one, range(4))) == [expected] * 4
+
+
+def test_a_dropped_stream_frees_the_model(client: openai.OpenAI, served: Served) -> None:
+    stopped_before = len(served.host.stopped)
+    body = {"model": MODEL, "prompt": "A long answer nobody waits for.", "max_tokens": 3000, "temperature": 0}
+    with httpx.stream("POST", served.url + "/completions", json={**body, "stream": True}, timeout=120) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+    # The next request is answered: the dropped one stopped instead of decoding 3000 tokens.
+    answer = client.completions.create(model=MODEL, prompt="Next.", max_tokens=4, temperature=0)
+    assert answer.choices[0].finish_reason == "length"
+    deadline = time.monotonic() + 60
+    while len(served.host.stopped) == stopped_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(served.host.stopped) == stopped_before + 1
+    assert served.host.stopped[-1] < 3000
+
+
+def _error(exc: openai.APIStatusError) -> dict[str, Any]:
+    body = exc.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return dict(body["error"])
+
+
+def test_bad_requests_get_openai_error_objects(client: openai.OpenAI, served: Served) -> None:
+    with pytest.raises(openai.BadRequestError) as n:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, n=2)
+    assert _error(n.value)["param"] == "n"
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.completions.create(model="no-such-model", prompt="x", max_tokens=2)
+    assert _error(unknown.value)["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as long:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=served.host.context_length)
+    assert _error(long.value)["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as missing:
+        client.chat.completions.create(model=MODEL, messages=[], max_tokens=2)
+    assert _error(missing.value)["type"] == "invalid_request_error"
+    r = httpx.post(
+        served.url + "/chat/completions",
+        content=b'{"model": "tiny-chat", "messages": [',
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(served.url + "/completions", json={"prompt": "no model"}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+    r = httpx.get(served.url + "/nothing-here", timeout=60)
+    assert r.status_code == 404 and "error" in r.json()
+    # The server still answers after all that.
+    assert client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=0).choices
+
+
+def test_seeded_sampling_gives_the_same_text_with_a_graft_as_without(
+    client: openai.OpenAI, served: Served
+) -> None:
+    from kvreg.engine.sampling import sampler
+
+    prompt = "Sampling over a grafted prefix draws from the same logits as a run with no cache."
+    _deposit(served, "serve/sampled", prompt)
+    tokens = _text_prompt(served, prompt)
+    lm = served.host.lm
+    plain = served.on_model(plain_generate, lm, tokens, 12, stop_at_eos=True, choose=sampler(0.9, seed=11))
+    expected = lm.tokenizer.decode(plain.tokens, skip_special_tokens=True)
+    answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0.9, seed=11)
+    assert answer.model_extra["kvreg"]["mode"] == "prefix"  # type: ignore[index]
+    assert answer.choices[0].text == expected
+
+
+def test_a_passed_probe_is_remembered_and_a_repeat_graft_skips_it(
+    client: openai.OpenAI, served: Served
+) -> None:
+    prompt = "Probe once per artifact and config, then trust the record in the store."
+    _deposit(served, "serve/probed", prompt)
+    tokens = _text_prompt(served, prompt)
+    expected = _greedy(served, tokens, 8)
+    facts = []
+    for _ in range(2):
+        answer = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+        assert answer.choices[0].text == expected
+        facts.append(answer.model_extra["kvreg"])  # type: ignore[index]
+    assert [f["mode"] for f in facts] == ["prefix", "prefix"]
+    first, second = facts[0]["probe"], facts[1]["probe"]
+    assert first["kv_equal"] is True and "skipped" not in first
+    assert second["skipped"] is True and second["remembered"] == first
+
+
+def test_an_engine_failure_is_an_error_object_streamed_or_not(
+    client: openai.OpenAI, served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvreg.core.errors import IntegrityError
+
+    def broken(job: Any) -> Any:
+        raise IntegrityError("a chunk failed its digest")
+
+    monkeypatch.setattr(served.host, "run", broken)
+    with pytest.raises(openai.InternalServerError) as failed:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert _error(failed.value)["type"] == "server_error"
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", served.url + "/completions", json=body, timeout=120) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert json.loads(lines[-2][6:])["error"]["message"] == "a chunk failed its digest"
+    assert lines[-1] == "data: [DONE]"
+    monkeypatch.undo()
+    assert client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=0).choices
