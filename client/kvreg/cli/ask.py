@@ -55,21 +55,8 @@ def ask_cmd(
     ] = None,
     messages_file: common.MessagesFileOpt = None,
     chat: common.ChatOpt = False,
-    remote: Annotated[
-        str | None,
-        typer.Option(
-            "--remote",
-            metavar="NAME",
-            help="Also route over this registry (kvreg remote add): candidates are pulled lazily "
-            "and only the chunks the graft reads are fetched, each verified.",
-        ),
-    ] = None,
-    namespace: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--namespace", "-n", metavar="NS", help="With --remote: route within NS only (repeatable)."
-        ),
-    ] = None,
+    remote: common.RouteRemoteOpt = None,
+    namespace: common.RouteNamespaceOpt = None,
     mode: Annotated[
         AskMode,
         typer.Option(

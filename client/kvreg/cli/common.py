@@ -42,6 +42,20 @@ ChatOpt = Annotated[
     ),
 ]
 
+RouteRemoteOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        metavar="NAME",
+        help="Also route over this registry (kvreg remote add): candidates are pulled lazily "
+        "and only the chunks a graft reads are fetched, each verified.",
+    ),
+]
+RouteNamespaceOpt = Annotated[
+    list[str] | None,
+    typer.Option("--namespace", "-n", metavar="NS", help="With --remote: route within NS only (repeatable)."),
+]
+
 RefArg = Annotated[str, typer.Argument(metavar="REF", help="NS/NAME or a manifest digest sha256:<hex>.")]
 
 

@@ -42,21 +42,8 @@ def serve_cmd(
             "--name", metavar="ID", help="The model id clients send and /v1/models lists (default: --model)."
         ),
     ] = None,
-    remote: Annotated[
-        str | None,
-        typer.Option(
-            "--remote",
-            metavar="NAME",
-            help="Also route over this registry (kvreg remote add): candidates are pulled lazily "
-            "and only the chunks a graft reads are fetched, each verified.",
-        ),
-    ] = None,
-    namespace: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--namespace", "-n", metavar="NS", help="With --remote: route within NS only (repeatable)."
-        ),
-    ] = None,
+    remote: common.RouteRemoteOpt = None,
+    namespace: common.RouteNamespaceOpt = None,
     mode: Annotated[
         AskMode,
         typer.Option("--mode", help="How each request uses the store, as for kvreg ask."),
