@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def host_of(lm: LoadedModel) -> dict[str, Any]:
+    """The ``host`` part of a receipt for a graft made with ``lm`` (its config and fingerprints)."""
+    return host_fields(
+        config_fingerprint=str(lm.config.fingerprint),
+        model_fingerprint=str(lm.model_fp),
+        tokenizer_fingerprint=str(lm.tokenizer_fp),
+        config_fields=lm.config.fields,
+    )
+
+
 class ReceiptSender:
     """Sends the graft's receipt to one remote; remembers a failure for the command's exit."""
 
@@ -60,12 +70,7 @@ class ReceiptSender:
                 namespace=self.namespace,
                 ref=self.artifact.ref.name if self.artifact.ref is not None else None,
                 digest=str(self.artifact.digest),
-                host=host_fields(
-                    config_fingerprint=str(lm.config.fingerprint),
-                    model_fingerprint=str(lm.model_fp),
-                    tokenizer_fingerprint=str(lm.tokenizer_fp),
-                    config_fields=lm.config.fields,
-                ),
+                host=host_of(lm),
                 witness=witness,
                 check=check,
                 graft=graft,

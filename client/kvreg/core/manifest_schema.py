@@ -28,6 +28,7 @@ from kvreg.core.merkle import chunk_merkle_root
 
 __all__ = [
     "DTYPES",
+    "DTYPE_BYTES",
     "GRIDS",
     "MAX_MANIFEST_BYTES",
     "PROFILES",
@@ -51,6 +52,8 @@ __all__ = [
 SCHEMA = "kvreg.manifest/v1"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 DTYPES = ("float32", "bfloat16", "float16")
+#: Bytes per element of the dtypes a manifest names (its KV and its witness logits).
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 PROFILES = ("native", "portable")
 VERDICTS = ("pass", "fail", "unknown")
 GRIDS = ("absolute",)

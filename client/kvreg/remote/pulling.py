@@ -65,6 +65,7 @@ from kvreg.core.errors import (
 from kvreg.core.keys import PublicKey
 from kvreg.core.logverify import envelope_claim, ref_claim
 from kvreg.core.manifest import Manifest
+from kvreg.core.manifest_schema import DTYPE_BYTES
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.faults import crash_point
@@ -122,16 +123,13 @@ def known_sizes(manifest: Manifest) -> dict[Digest, int]:
     return sizes
 
 
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
-
-
 def _progress_total(manifest: Manifest, sizes: dict[Digest, int], digests: list[Digest]) -> int:
     """Bytes to expect for the progress bar: stated sizes, plus the witness logits estimated
     from their shape and dtype (an estimate only: it bounds nothing)."""
     estimates = dict(sizes)
     w = manifest.witness
-    if w.logits_digest not in estimates and w.dtype in _ITEMSIZE:
-        n = _ITEMSIZE[w.dtype]
+    if w.logits_digest not in estimates and w.dtype in DTYPE_BYTES:
+        n = DTYPE_BYTES[w.dtype]
         for dim in w.shape:
             n *= dim
         estimates[w.logits_digest] = n

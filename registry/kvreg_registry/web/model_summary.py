@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kvreg.core.manifest_schema import ModelInfo
+from kvreg.core.manifest_schema import DTYPE_BYTES, ModelInfo
 
 #: Folder names that say nothing about the model.
 GENERIC_NAMES = frozenset({"", "model", "models", "weights", "checkpoint", "snapshot", "main", "hf", "tiny"})
@@ -27,7 +27,6 @@ KNOWN_NAMES = {
 #: Models ``kvreg model import`` knows by these names: ``--model NAME`` works on any host.
 IMPORTABLE = frozenset({"smollm2"})
 _HASHLIKE = re.compile(r"[0-9a-f]{16,}")
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 _ARCH_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model")
 
 
@@ -77,7 +76,7 @@ def display_name(folder: str, family: str) -> tuple[str, bool]:
 def summarize(model: ModelInfo) -> ModelSummary:
     family = family_of(model.architecture, model.model_type)
     name, named = display_name(model.name, family)
-    width = _DTYPE_BYTES.get(model.dtype)
+    width = DTYPE_BYTES.get(model.dtype)
     per_token = None if width is None else model.num_layers * 2 * model.kv_heads * model.head_dim * width
     return ModelSummary(
         name=name,
@@ -95,12 +94,6 @@ def summarize(model: ModelInfo) -> ModelSummary:
 
 def listing_name(folder: str) -> str:
     """A model's name in a list where only the manifest's name is at hand (search results, a
-    namespace's artifacts, the model filter): the full name of a model kvreg names itself, the
-    name as given otherwise, ``unnamed model`` for a folder name that says nothing."""
-    key = folder.strip()
-    known = KNOWN_NAMES.get(key.lower())
-    if known is not None:
-        return known
-    if key.lower() in GENERIC_NAMES or _HASHLIKE.fullmatch(key.lower()):
-        return "unnamed model"
-    return key
+    namespace's artifacts, the model filter): :func:`display_name` without the family."""
+    name, named = display_name(folder, "")
+    return name if named else "unnamed model"

@@ -35,6 +35,7 @@ from kvreg.app.demo.texts import (
 )
 from kvreg.app.flywheel.gsm8k import user_content
 from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry
+from kvreg.app.graft_receipt import host_of
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
@@ -46,7 +47,7 @@ from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.pulling import PullReport, pull
 from kvreg.remote.pushing import PushReport, push
-from kvreg.remote.receipts import build_receipt, host_fields, send_receipt
+from kvreg.remote.receipts import build_receipt, send_receipt
 from kvreg.remote.remotes import Credentials, RemoteConfig
 from kvreg.store.artifacts import open_artifact, read_tokens
 from kvreg.store.home import Home
@@ -76,12 +77,7 @@ def _send_receipt(
         namespace=ref.namespace,
         ref=ref.name,
         digest=digest,
-        host=host_fields(
-            config_fingerprint=str(lm.config.fingerprint),
-            model_fingerprint=str(lm.model_fp),
-            tokenizer_fingerprint=str(lm.tokenizer_fp),
-            config_fields=lm.config.fields,
-        ),
+        host=host_of(lm),
         witness="skipped" if row["probe"] is None else "pass",
         check=row["check"],
         graft={
