@@ -57,7 +57,13 @@ def append(
     details: Mapping[str, Any] | None = None,
 ) -> int:
     """Append one entry in ``session``'s transaction and return its sequence number."""
-    size = session.execute(select(LogHead.size).where(LogHead.id == 1).with_for_update()).scalar_one()
+    # One statement takes the head's row lock and the next sequence number (the old size).
+    size = (
+        session.execute(
+            update(LogHead).where(LogHead.id == 1).values(size=LogHead.size + 1).returning(LogHead.size)
+        ).scalar_one()
+        - 1
+    )
     now = utcnow()
     body: dict[str, Any] = {
         "seq": size,
@@ -97,7 +103,6 @@ def append(
     session.execute(
         LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
     )
-    session.execute(update(LogHead).where(LogHead.id == 1).values(size=size + 1))
     return size
 
 

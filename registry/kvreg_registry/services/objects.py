@@ -118,9 +118,25 @@ def add_to_session(session: Session, upload_id: str, digests: Sequence[str]) -> 
         insert_ignore(session, UploadDigest.__table__, [{"upload_id": upload_id, "digest": d} for d in batch])
 
 
-def session_lists(session: Session, upload_id: str, digest: str) -> bool:
-    """Whether the upload session lists ``digest`` (then GC keeps it while the session is open)."""
-    return session.get(UploadDigest, (upload_id, digest)) is not None
+def open_session_lists(session: Session, ns: Namespace, upload_id: str, digest: str) -> bool:
+    """Whether ``upload_id`` is an open session of ``ns`` that lists ``digest``, in one query
+    (the usual case of a push's PUT); False says nothing more (:func:`get_open_session` does)."""
+    try:
+        uuid.UUID(upload_id)
+    except (ValueError, TypeError):
+        raise RequestInvalidError(f"not an upload id: {upload_id!r}") from None
+    listed = (
+        select(UploadDigest.digest)
+        .join(UploadSession, UploadSession.id == UploadDigest.upload_id)
+        .where(
+            UploadDigest.upload_id == upload_id,
+            UploadDigest.digest == digest,
+            UploadSession.namespace_id == ns.id,
+            UploadSession.closed_at.is_(None),
+            UploadSession.expires_at > utcnow(),
+        )
+    )
+    return bool(session.scalar(select(exists(listed))))
 
 
 def get_open_session(session: Session, ns: Namespace, upload_id: str) -> UploadSession:
@@ -149,16 +165,20 @@ def close_session(session: Session, ns: Namespace, upload_id: str) -> bool:
     return False
 
 
-def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:
+def lock_object(session: Session, digest: Digest, size: int) -> None:
     """Insert the object's row if absent and lock it for the rest of the transaction.
 
-    On PostgreSQL the insert finds a committed row without waiting on its lock; if GC holds
-    that lock and deletes the row, the locking read then finds nothing: the insert is tried
-    again (GC has committed by then, so the second insert goes in or finds a new row).
+    A row this call inserts is locked already (PostgreSQL locks the rows a transaction
+    inserts; SQLite's write transaction is exclusive), so only an existing row is read
+    with a lock. On PostgreSQL the insert finds a committed row without waiting on its
+    lock; if GC holds that lock and deletes the row, the locking read then finds
+    nothing: the insert is tried again (GC has committed by then, so the second insert
+    goes in or finds a new row).
     """
     row: StoredObject | None = None
     for _ in range(3):
-        _insert_row_if_absent(session, digest, size)
+        if _insert_row_if_absent(session, digest, size):
+            return
         row = session.execute(
             select(StoredObject).where(StoredObject.digest == digest).with_for_update()
         ).scalar_one_or_none()
@@ -171,7 +191,6 @@ def lock_object(session: Session, digest: Digest, size: int) -> StoredObject:
         raise DigestMismatchError(
             f"object {digest} has {row.size} bytes; the uploaded bytes ({size}) cannot hash to it"
         )
-    return row
 
 
 def claim_unclaimed(session: Session, digest: Digest, size: int) -> bool:
