@@ -39,7 +39,9 @@ def test_the_flywheel_exams_go_through_the_server(tmp_path: Path) -> None:
 
 def test_a_server_on_another_config_is_refused(tmp_path: Path) -> None:
     with running(model_path(), "adder", tmp_path, block_size=16) as served:
-        request = FlywheelRequest(repeat_easy=1, repeat_hard=0, unseen_easy=0, unseen_hard=0, server=served.url)
+        request = FlywheelRequest(
+            repeat_easy=1, repeat_hard=0, unseen_easy=0, unseen_hard=0, server=served.url
+        )
         with pytest.raises(UsageError, match="another engine config") as refused:
             run_session(served.home, served.key, request, Silent())
         assert served.host.answered == 0
