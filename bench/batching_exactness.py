@@ -151,8 +151,7 @@ def main() -> int:
         else:
             model = resolve_or_import(name)
         reports.append(measure(Path(model), name, args.steps, home))
-    for r in reports:
-        print(json.dumps(r, indent=1))
+    print(json.dumps(reports, indent=1))
     return 0
 
 
