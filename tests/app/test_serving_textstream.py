@@ -73,3 +73,20 @@ def test_requests_refuse_what_the_server_does_not_do() -> None:
         ChatRequest(model="m", messages=[{"role": "user", "content": [{"type": "image_url"}]}]).conversation()
     assert ChatRequest(model="m", messages=[], max_completion_tokens=5, max_tokens=9).limit(16) == 5
     assert CompletionRequest(model="m", prompt=[1, 2]).text_or_tokens() == [1, 2]
+
+
+def test_decoding_is_incremental_linear_in_the_tokens() -> None:
+    decoded: list[int] = []
+
+    def counting(ids: Sequence[int]) -> str:
+        decoded.append(len(ids))
+        return _decode(ids)
+
+    n = 600
+    stream = TextStream(counting, n, ("xyz",))
+    for i in range(n):
+        stream.feed([1, 2, 3, 4][i % 4])
+        stream.delta()
+    assert stream.finish_reason == "length" and stream.text == "Hello world" * (n // 4)
+    # each token decodes a window of a few tokens; the whole completion is decoded once, at the end
+    assert sum(decoded) <= 5 * n

@@ -5,6 +5,8 @@ concurrent clients, a dropped stream, and OpenAI's error object for bad requests
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -340,3 +342,78 @@ def test_an_engine_failure_is_an_error_object_streamed_or_not(
     assert lines[-1] == "data: [DONE]"
     monkeypatch.undo()
     assert client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=0).choices
+
+
+def test_a_non_streamed_request_whose_client_leaves_stops_and_frees_the_model(
+    client: openai.OpenAI, served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    stopped_before = len(served.host.stopped)
+    body = json.dumps({"model": MODEL, "prompt": "Nobody reads this.", "max_tokens": 3000, "temperature": 0})
+    port = int(served.url.split(":")[-1].split("/")[0])
+    caplog.set_level(logging.INFO, logger="kvreg.app.serving")
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(
+            f"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        deadline = time.monotonic() + 60  # a guard against a hang, not a figure
+        while not (served.host.running is not None and served.host.running.stream.tokens):
+            assert time.monotonic() < deadline, "the request never reached the model"
+            time.sleep(0.01)
+    # The client is gone: the next request is answered, the dropped one stopped short of 3000 tokens.
+    answer = client.completions.create(model=MODEL, prompt="Next.", max_tokens=4, temperature=0)
+    assert answer.choices[0].finish_reason == "length"
+    assert len(served.host.stopped) == stopped_before + 1
+    assert served.host.stopped[-1] < 3000
+    assert served.host.running is None
+    assert any("went away" in r.getMessage() for r in caplog.records)
+
+
+def test_a_request_may_ask_for_a_plain_run_but_no_other_mode(client: openai.OpenAI, served: Served) -> None:
+    prompt = "A plain run on request, though the store holds this prompt."
+    _deposit(served, "serve/plain-on-request", prompt)
+    plain = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=6, temperature=0, extra_body={"kvreg": {"mode": "off"}}
+    )
+    facts = plain.model_extra["kvreg"]  # type: ignore[index]
+    assert facts["mode"] == "off" and facts["requested_mode"] == "off" and facts["cpu_seconds"] > 0
+    assert plain.choices[0].text == _greedy(served, _text_prompt(served, prompt), 6)
+    cached = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0)
+    assert cached.model_extra["kvreg"]["mode"] == "prefix"  # type: ignore[index]
+    assert cached.choices[0].text == plain.choices[0].text
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=2, extra_body={"kvreg": {"mode": "knowledge"}}
+        )
+    assert _error(refused.value)["code"] == "unsupported_value"
+
+
+def test_concurrent_mixed_requests_leave_the_store_intact_and_answer_as_alone(
+    client: openai.OpenAI, served: Served
+) -> None:
+    from kvreg.app.maintenance import check_store
+
+    repeat = ["A question asked before, held in the store: what is kept?", "Another stored prompt, twice."]
+    unseen = ["A question nobody asked before.", "Nor this one, at the same time."]
+    for i, prompt in enumerate(repeat):
+        _deposit(served, f"serve/concurrent-{i}", prompt)
+    asks = [{"prompt": p, "stream": s} for p in [*repeat, *unseen, *repeat, *unseen] for s in (False,)] + [
+        {"messages": [{"role": "user", "content": p}], "stream": True} for p in (repeat[0], unseen[0])
+    ]
+
+    def one(req: dict[str, Any]) -> tuple[str, str]:
+        c = openai.OpenAI(base_url=served.url, api_key="unused", max_retries=0, timeout=120)
+        settings: dict[str, Any] = {"model": MODEL, "max_tokens": 10, "temperature": 0}
+        if "messages" in req:
+            stream = c.chat.completions.create(messages=req["messages"], stream=True, **settings)
+            return "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices), "chat"
+        answer = c.completions.create(prompt=req["prompt"], **settings)
+        return answer.choices[0].text, answer.model_extra["kvreg"]["mode"]  # type: ignore[index]
+
+    alone = [one(req) for req in asks]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(one, asks))
+    assert [text for text, _ in together] == [text for text, _ in alone]
+    assert {mode for _, mode in alone} >= {"prefix", "off"}  # both classes were in the mix
+    report = served.on_model(check_store, served.home, quarantine=False)
+    assert report.fsck.ok, report.to_dict()

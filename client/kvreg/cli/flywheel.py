@@ -200,6 +200,15 @@ def flywheel_cmd(
         keyring.DEFAULT_KEY_NAME
     ),
     threads: ThreadsOpt = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            metavar="URL",
+            help="Run both exams through this running kvreg engine serve (its OpenAI API, e.g. "
+            "http://127.0.0.1:8000/v1), started on the same store, model and config.",
+        ),
+    ] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Run the verified-knowledge flywheel: exam, library of verified solutions, exam again.
@@ -214,6 +223,8 @@ def flywheel_cmd(
       kvreg flywheel --repeat-hard 50 --unseen-hard 10 --push origin --json
 
       kvreg flywheel --task gsm8k --repeat 20 --unseen 10 --namespace gsm8k
+
+      kvreg flywheel --server http://127.0.0.1:8000/v1
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -241,6 +252,7 @@ def flywheel_cmd(
         first_line=first_line,
         data=None if data is None else str(data),
         max_new_tokens=max_new_tokens,
+        server=server,
     )
 
     def say(message: str) -> None:

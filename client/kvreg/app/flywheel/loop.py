@@ -23,6 +23,12 @@ c. **Exam again** with ``ask`` in ``auto`` mode on the repeat and unseen
    Where the model writes the answer after the graft (GSM8K), a wrong answer there
    is counted as ``missed_after_graft``.
 
+With a server (:class:`kvreg.app.flywheel.served.ServedExam`), both exams go through a
+running ``kvreg engine serve``'s OpenAI API instead of ``ask`` in this process, so the
+figures are those of the path applications use; the library is still built here, and
+each graft the server made is checked by making it here too (same artifact, same text,
+logits SHA-256-equal to a fresh run); a plain answer's text must be the baseline's.
+
 The task (:mod:`kvreg.app.flywheel.tasks`) decides the problems, how they are asked
 and checked, and what the library keeps.
 
@@ -45,6 +51,7 @@ from kvreg.app.flywheel.library import (
     entry_ref,
     unsolved,
 )
+from kvreg.app.flywheel.served import ServedExam
 from kvreg.app.flywheel.tasks import ExamSize, FlywheelTask, task_named
 from kvreg.app.prompts import encode_prompt
 from kvreg.core.keys import SigningKey
@@ -371,6 +378,82 @@ def _check_graft(
         answer.wrong_graft = not same_question or (task.answer_in_library and not answer.correct)
 
 
+def _answer_served(
+    server: ServedExam,
+    task: FlywheelTask,
+    problem: Any,
+    *,
+    repeat: bool,
+    mode: str,
+    max_new_tokens: int,
+) -> Answer:
+    """One question through the server's OpenAI API (``mode`` off: a plain run, the baseline)."""
+    energy = read_energy_uj()
+    served = server.answer(task.prompt(problem), max_tokens=max_new_tokens, plain=mode == "off")
+    energy_after = read_energy_uj()
+    facts = served.facts
+    artifact = facts.get("artifact") or {}
+    answer = Answer(
+        problem=problem,
+        repeat=repeat,
+        mode=served.mode,
+        correct=task.judge(problem, served.completion, served.continuation, served.ended),
+        decoded_tokens=int(facts["decoded_tokens"]),
+        grafted_tokens=int(facts["grafted_tokens"]),
+        prefilled_tokens=int(facts["prefilled_tokens"]),
+        wall_seconds=served.wall_seconds,
+        cpu_seconds=float(facts.get("cpu_seconds") or 0.0),  # the server's, not this client's
+        completion=served.completion,
+        artifact=artifact.get("ref") or artifact.get("digest"),
+        group=task.group(problem),
+        about=task.describe(problem),
+    )
+    remote = facts.get("remote") or {}
+    answer.fetched_bytes = int(remote.get("fetched_bytes") or 0)
+    if energy is not None and energy_after is not None and energy_after >= energy:
+        answer.joules = (energy_after - energy) / 1e6
+    return answer
+
+
+def _check_served_graft(
+    lm: LoadedModel,
+    home: Home,
+    task: FlywheelTask,
+    answer: Answer,
+    *,
+    remote: RemoteSource | None,
+    max_new_tokens: int,
+) -> None:
+    """A server's graft, checked here: the same question asked in this process (``ask``, auto) must
+    graft the same artifact and give the same text, and that graft must pass :func:`_check_graft`."""
+    local, result = _answer_one(
+        lm,
+        home,
+        task,
+        answer.problem,
+        repeat=answer.repeat,
+        mode="auto",
+        remote=remote,
+        max_new_tokens=max_new_tokens,
+    )
+    if local.mode != "off":
+        _check_graft(lm, task, answer.problem, local, result)
+    same = local.mode == answer.mode and local.artifact == answer.artifact
+    same = same and local.completion == answer.completion
+    if not same:
+        log.warning(
+            "flywheel: the server's answer to %s differs from this process's (%s %s vs %s %s)",
+            task.key(answer.problem),
+            answer.mode,
+            answer.artifact,
+            local.mode,
+            local.artifact,
+        )
+    answer.byte_exact = bool(local.byte_exact) and same
+    answer.source, answer.wrong_graft = local.source, local.wrong_graft or not same
+    answer.graft_seconds, answer.fresh_prefill_seconds = local.graft_seconds, local.fresh_prefill_seconds
+
+
 def exam(
     lm: LoadedModel,
     home: Home,
@@ -383,12 +466,29 @@ def exam(
     max_new_tokens: int = 160,
     baseline: Sequence[Answer] | None = None,
     say: Progress | None = None,
+    server: ServedExam | None = None,
 ) -> list[Answer]:
-    """Answer every question once with ``ask`` in ``mode``; with ``baseline``, check each answer."""
+    """Answer every question once with ``ask`` in ``mode``; with ``baseline``, check each answer.
+
+    With ``server``, each question goes to the server instead; a graft there is checked by
+    asking the same question here (:func:`_check_served_graft`), a plain answer by comparing its
+    text with the baseline's."""
     items = [(p, True) for p in repeat] + [(p, False) for p in unseen]
     reference = {a.problem: a for a in baseline or ()}
     out: list[Answer] = []
     for i, (problem, is_repeat) in enumerate(items, start=1):
+        if server is not None:
+            answer = _answer_served(
+                server, task, problem, repeat=is_repeat, mode=mode, max_new_tokens=max_new_tokens
+            )
+            if answer.mode != "off":
+                _check_served_graft(lm, home, task, answer, remote=remote, max_new_tokens=max_new_tokens)
+            elif problem in reference:  # no graft: the same text as the baseline's plain run
+                answer.byte_exact = answer.completion == reference[problem].completion
+            out.append(answer)
+            if say is not None and (i % 10 == 0 or i == len(items)):
+                say(f"{mode} exam through {server.url}: {i}/{len(items)} answered")
+            continue
         answer, result = _answer_one(
             lm, home, task, problem, repeat=is_repeat, mode=mode, remote=remote, max_new_tokens=max_new_tokens
         )
@@ -484,8 +584,12 @@ def run_flywheel(
     *,
     registry: Registry | None = None,
     progress: Progress | None = None,
+    server: ServedExam | None = None,
 ) -> FlywheelReport:
-    """Baseline exam, library, (push), exam again through ``ask``; see the module docstring."""
+    """Baseline exam, library, (push), exam again through ``ask``; see the module docstring.
+
+    With ``server`` (a running ``kvreg engine serve`` over ``home``, or over the registry the
+    library is pushed to), both exams go through its OpenAI API; the library is built here."""
     spec = spec or FlywheelSpec()
     task = spec.the_task()
     limit = spec.token_limit()
@@ -494,9 +598,12 @@ def run_flywheel(
     seconds: dict[str, float] = {}
     energy: dict[str, Any] = {"available": read_energy_uj() is not None, "source": str(RAPL)}
 
-    say(f"baseline exam: {len(repeat)} repeat + {len(unseen)} unseen questions, greedy, no cache")
+    through = "" if server is None else f", through the server at {server.url}"
+    say(f"baseline exam: {len(repeat)} repeat + {len(unseen)} unseen questions, greedy, no cache{through}")
     t = time.perf_counter()
-    baseline = exam(lm, home, repeat, unseen, task=task, mode="off", max_new_tokens=limit, say=say)
+    baseline = exam(
+        lm, home, repeat, unseen, task=task, mode="off", max_new_tokens=limit, say=say, server=server
+    )
     seconds["baseline"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -518,6 +625,8 @@ def run_flywheel(
         ask_home, source = registry.home, registry.reader
 
     where = "a second home, pulling on demand from the registry" if source else "the same home"
+    if server is not None:
+        where += f", through the server at {server.url}"
     say(f"exam again with kvreg ask (auto) in {where}")
     t = time.perf_counter()
     after = exam(
@@ -531,6 +640,7 @@ def run_flywheel(
         max_new_tokens=limit,
         baseline=baseline,
         say=say,
+        server=server,
     )
     seconds["after"] = time.perf_counter() - t
     return FlywheelReport(spec, baseline, library, after, push_report, energy, seconds)

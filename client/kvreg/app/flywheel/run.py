@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvreg.app.ask import RemoteSource
 from kvreg.app.flywheel.loop import FlywheelReport, FlywheelSpec, Progress, Registry, run_flywheel
+from kvreg.app.flywheel.served import ServedExam
 from kvreg.core.keys import SigningKey
 from kvreg.engine.runtime import LoadedModel
 from kvreg.remote.auditlog import contact
@@ -24,11 +25,13 @@ def run_in_store(
     *,
     push_to: str | None = None,
     progress: Progress | None = None,
+    server: ServedExam | None = None,
 ) -> FlywheelReport:
     """The flywheel in ``home``, signed with ``key``; with ``push_to`` (a remote's name) the
-    library is pushed there and the second exam reads from it."""
+    library is pushed there and the second exam reads from it; with ``server`` the exams go
+    through that ``kvreg engine serve``."""
     if push_to is None:
-        return run_flywheel(lm, home, key, spec, progress=progress)
+        return run_flywheel(lm, home, key, spec, progress=progress, server=server)
     with contact(home, push_to) as (client, audit):
         registry = Registry(push_client=client, reader=RemoteSource(client=client, audit=audit), home=home)
-        return run_flywheel(lm, home, key, spec, registry=registry, progress=progress)
+        return run_flywheel(lm, home, key, spec, registry=registry, progress=progress, server=server)

@@ -3,9 +3,11 @@
 :func:`run_session` starts the engine with the task's block size
 (``kvreg.app.loader``), loads the model and runs the flywheel in the store
 (:func:`kvreg.app.flywheel.run.run_in_store`), pushing the library to a remote
-when asked. :func:`default_model` is the task's model: the bundled arithmetic one for
-``addition``, SmolLM2-135M-Instruct (imported on first use) for ``gsm8k``. Importing this module
-does not import torch (the loop and the engine are imported once the numerics
+when asked, and with ``server`` running the exams through that ``kvreg engine serve``
+(after checking it serves the same model under the same config).
+:func:`default_model` is the task's model: the bundled arithmetic one for
+``addition``, SmolLM2-135M-Instruct (imported on first use) for ``gsm8k``. Importing
+this module does not import torch (the loop and the engine are imported once the numerics
 environment is in place); nothing here renders or prints.
 """
 
@@ -51,6 +53,7 @@ class FlywheelRequest:
     temperature: float = 1.0
     seed: int = 0
     threads: int | None = None
+    server: str | None = None  # a running kvreg engine serve's URL: the exams go through its OpenAI API
 
 
 #: Per task: the block size (a GSM8K question is ~100 tokens; an addition question ~20).
@@ -99,4 +102,12 @@ def run_session(
         data=request.data,
         max_new_tokens=request.max_new_tokens,
     )
-    return run_in_store(lm, home, key, spec, push_to=request.push_to, progress=progress)
+    if request.server is None:
+        return run_in_store(lm, home, key, spec, push_to=request.push_to, progress=progress)
+    from kvreg.app.flywheel.served import ServedExam
+
+    with ServedExam(request.server) as server:
+        server.check_same_engine(
+            str(lm.model_fp), str(lm.tokenizer_fp), str(lm.config.fingerprint), lm.config.block_size
+        )
+        return run_in_store(lm, home, key, spec, push_to=request.push_to, progress=progress, server=server)

@@ -9,7 +9,8 @@ a cache or run on the model at the same time. With ``probe="once"`` (the default
 passed is remembered in the store, and repeat grafts of that artifact skip it. With
 ``receipts=REMOTE`` each graft's signed receipt is queued to that registry, sent from a
 thread of its own so the next request does not wait for it. A request whose client is gone
-(``Job.cancelled``) is skipped if it has not started and stops at its next token if it has.
+(``Job.cancelled``) is skipped if it has not started and stops at its next token if it has;
+``stopped`` counts them. A request may ask for a plain run (``Job.mode = "off"``).
 
 Nothing here speaks HTTP; :mod:`.server` does.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,6 +62,7 @@ class Job:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    mode: str | None = None  # the request's own mode (the ``kvreg`` extension); None: the server's
     on_delta: Callable[[], None] | None = None  # called (in the worker) after each token is taken
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -69,6 +72,8 @@ class JobResult:
     job: Job
     result: AskResult
     receipt: dict[str, Any] | None = None  # with --receipts: queued (sent from its own thread), or why not
+    cpu_seconds: float = 0.0  # the server process's CPU time while the model answered this request
+    knowledge_text: str = ""  # knowledge mode: the start of the text that is the verified artifact's
 
     @property
     def prompt_tokens(self) -> int:
@@ -102,11 +107,13 @@ class JobResult:
             "prefilled_tokens": data["prefilled_tokens"],
             "decoded_tokens": data["decoded_tokens"],
             "cached_tokens": self.cached_tokens,
+            "knowledge_text": self.knowledge_text,
             "probe": data["probe"],
             "refused_modes": data["refused_modes"],
             "remote": data["remote"],
             "receipt": self.receipt,
             "timings": data["timings"],
+            "cpu_seconds": round(self.cpu_seconds, 6),
         }
 
 
@@ -148,6 +155,7 @@ class ModelHost:
         self.receipts: list[dict[str, Any]] = []  # what each receipt sent (or why not), in order
         self.answered = 0  # requests run on the model
         self.stopped: list[int] = []  # for each request cut short by its client leaving: tokens decoded
+        self.running: Job | None = None  # the request on the model now
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
@@ -175,6 +183,19 @@ class ModelHost:
 
         return TextStream(decode, max_tokens, stops, eos=self.lm.tokenizer.eos_token_id)
 
+    def request_mode(self, asked: str | None) -> str:
+        """The mode a request runs in: the server's, or ``off`` when the request asks for a plain run."""
+        if asked is None or asked == self.mode:
+            return self.mode
+        if asked == "off":
+            return "off"
+        raise ApiError(
+            f"kvreg.mode {asked!r} is not allowed: this server runs {self.mode!r}; "
+            "a request may ask for 'off'",
+            param="kvreg",
+            code="unsupported_value",
+        )
+
     def check_length(self, prompt: Sequence[int], max_tokens: int) -> None:
         if not prompt:
             raise ApiError("the prompt has no tokens", param="prompt")
@@ -192,22 +213,30 @@ class ModelHost:
         """Answer ``job`` on the model (in the worker thread): route, graft or not, decode."""
         if job.cancelled.is_set():
             self.stopped.append(0)
+            log.info("serve: a request was skipped: its client left before it reached the model")
             raise Cancelled
         from kvreg.engine.sampling import sampler  # torch; the model is loaded by now
 
         choose = sampler(job.temperature, top_p=job.top_p, seed=job.seed)
+        self.running = job
+        try:
+            return self._run(job, choose)
+        finally:
+            self.running = None
 
+    def _run(self, job: Job, choose: Any) -> JobResult:
         def on_token(token: int) -> bool:
             more = job.stream.feed(token)
             if job.on_delta is not None:
                 job.on_delta()
             return more and not job.cancelled.is_set()
 
+        cpu = time.process_time()
         result = ask(
             self.lm,
             self.home,
             job.prompt,
-            mode=self.mode,
+            mode=job.mode or self.mode,
             remote=self.remote,
             max_new_tokens=job.stream.max_tokens,
             stop_at_eos=True,
@@ -216,12 +245,23 @@ class ModelHost:
             remember_probes=self.probe == "once",
         )
         job.stream.finish()
+        cpu = time.process_time() - cpu
         receipt = self._send_receipt(result)
         self.answered += 1
         if job.cancelled.is_set():
             self.stopped.append(len(job.stream.tokens))
             log.info("serve: a request was stopped after %d tokens: its client left", len(job.stream.tokens))
-        return JobResult(job, result, receipt)
+        return JobResult(
+            job, result, receipt, cpu_seconds=cpu, knowledge_text=self._knowledge_text(job, result)
+        )
+
+    def _knowledge_text(self, job: Job, result: AskResult) -> str:
+        """In knowledge mode, the start of the answer's text that is the artifact's (the rest was decoded)."""
+        if result.used_mode != "knowledge":
+            return ""
+        decoded = str(self.lm.tokenizer.decode(result.generation.decoded.tokens, skip_special_tokens=True))
+        text = job.stream.text
+        return text[: max(0, len(text) - len(decoded))]
 
     def _send_receipt(self, result: AskResult) -> dict[str, Any] | None:
         """Queue the graft's signed receipt for ``--receipts REMOTE``; what the answer says of it."""

@@ -1,7 +1,8 @@
 """The OpenAI API's shapes as this server speaks them: request bodies, errors, answers, chunks.
 
 Requests are pydantic models that accept the fields OpenAI clients send and ignore the
-ones kvreg has no use for (``user``, ``logit_bias``…); what kvreg cannot honour (``n``
+ones kvreg has no use for (``user``, ``logit_bias``…), plus kvreg's own ``kvreg``
+extension (``{"mode": "off"}`` asks for a plain run, e.g. an exam's baseline); what kvreg cannot honour (``n``
 other than 1, token log-probabilities) is refused with :class:`ApiError`, which the
 server turns into the OpenAI error object ``{"error": {"message", "type", "param",
 "code"}}`` with its HTTP status. The answer builders take plain values; nothing here
@@ -71,6 +72,15 @@ class _Request(BaseModel):
 
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
+
+    def kvreg_mode(self) -> str | None:
+        """The ``kvreg`` extension's ``mode`` (``{"kvreg": {"mode": "off"}}``), or None when absent."""
+        ext = (self.model_extra or {}).get("kvreg")
+        if ext is None:
+            return None
+        if not isinstance(ext, dict) or set(ext) - {"mode"} or not isinstance(ext.get("mode"), str):
+            raise ApiError('kvreg must be an object with a "mode" string', param="kvreg")
+        return str(ext["mode"])
 
 
 class ChatRequest(_Request):

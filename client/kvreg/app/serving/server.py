@@ -7,7 +7,9 @@ Prompts are tokenized and answered in the host's one worker thread, in arrival o
 event loop only waits, so many clients can be connected while one request runs. A client
 that disconnects mid-stream marks its job cancelled and the decoding stops at its next token.
 Every error is OpenAI's error object with its status. Each answer carries kvreg's facts in
-the ``kvreg`` field (and, when not streamed, ``x-kvreg-*`` headers).
+the ``kvreg`` field (and, when not streamed, ``x-kvreg-*`` headers). A non-streamed request
+whose client disconnects is cancelled the same way, and no answer is sent. A request may ask
+for a plain run with ``{"kvreg": {"mode": "off"}}``.
 
 :func:`serve_engine` is the ``kvreg engine serve`` use case: load the model, open the remote,
 run uvicorn until interrupted. Nothing here touches the model directly.
@@ -20,7 +22,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvreg.app.ask import remote_source
@@ -44,6 +46,7 @@ from kvreg.store.home import Home
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 128
+CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer (nginx's)
 
 
 def _from_kvreg(exc: KvregError) -> ApiError:
@@ -148,9 +151,10 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
         except KvregError as exc:
             raise _from_kvreg(exc) from None
 
-    async def complete(body: ChatRequest | CompletionRequest) -> Any:
+    async def complete(body: ChatRequest | CompletionRequest, request: Request) -> Any:
         chat = isinstance(body, ChatRequest)
         body.check()
+        mode = host.request_mode(body.kvreg_mode())
         if body.model != host.name:
             raise ApiError(
                 f"the model {body.model!r} does not exist; this server serves {host.name!r}",
@@ -170,6 +174,7 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=body.seed,
+            mode=mode,
         )
         rid = protocol.new_id("chatcmpl" if chat else "cmpl")
         if body.stream:
@@ -178,11 +183,9 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
-        try:
-            res: JobResult = await in_worker(host.run, job)
-        except asyncio.CancelledError:
-            job.cancelled.set()
-            raise
+        res = await _answer_or_drop(in_worker(host.run, job), request, job, rid)
+        if res is None:  # the client left: this response is never sent
+            return Response(status_code=CLIENT_CLOSED)
         use = protocol.usage(res.prompt_tokens, len(job.stream.tokens), res.cached_tokens)
         build = protocol.chat_answer if chat else protocol.completion_answer
         finish = job.stream.finish_reason or "length"
@@ -190,14 +193,44 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
         return JSONResponse(payload, headers=_headers(res))
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatRequest) -> Any:
-        return await complete(body)
+    async def chat_completions(body: ChatRequest, request: Request) -> Any:
+        return await complete(body, request)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest) -> Any:
-        return await complete(body)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        return await complete(body, request)
 
     return app
+
+
+async def _watch_disconnect(request: Request, job: Job, rid: str) -> None:
+    """Wait for the client to go away (the body is read: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancelled.set()
+            log.info("serve: client of %s went away; its decoding stops at the next token", rid)
+            return
+
+
+async def _answer_or_drop(
+    answer: Awaitable[JobResult], request: Request, job: Job, rid: str
+) -> JobResult | None:
+    """``answer``, or None if the client disconnects first: then the job is cancelled (it stops at
+    its next token, or is skipped if it has not started)."""
+    work = asyncio.ensure_future(answer)
+    watch = asyncio.ensure_future(_watch_disconnect(request, job, rid))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        job.cancelled.set()
+        raise
+    finally:
+        watch.cancel()
+    if not work.done():  # the client left: nobody reads the answer
+        work.add_done_callback(_drop_cancelled)
+        return None
+    return work.result()
 
 
 async def _events(
