@@ -79,6 +79,11 @@ def test_oras_pulls_a_kvreg_pushed_artifact_from_a_public_namespace(
     assert fetched["config"]["digest"] == built.digest
     oci.check_artifact(oci.parse_artifact_manifest(manifest), built.manifest)
     assert json.loads(manifest) == fetched
+    # through a real HTTP server, HEAD keeps the length of what GET sends, and sends nothing
+    head = httpx.head(f"{registry.url}/v2/{ns}/manifests/answer", timeout=30)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == str(len(manifest))
+    assert head.headers["docker-content-digest"] == "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 
 def test_oras_logs_in_with_a_kvreg_token_and_pulls_a_private_artifact(
