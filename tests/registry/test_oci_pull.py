@@ -309,6 +309,12 @@ def test_private_namespace_needs_a_token_through_the_token_flow(lib: Library) ->
     oci_error(get(lib, path, auth=basic("kvreg_wrong")), 401, "UNAUTHORIZED")
     oci_error(get(lib, path, auth="Basic !!!"), 401, "UNAUTHORIZED")
     oci_error(get(lib, path, auth="Digest x"), 401, "UNAUTHORIZED")
+    # a token that expires: expires_in is what is left of its life, never more
+    with lib.app_state.db.write() as s:
+        short = accounts.create_token(s, OPERATOR, "root", label="one day", expires_in_days=1).token
+    t = get(lib, "/v2/token", auth=basic(short))
+    assert t.json()["token"] == short and 86000 < t.json()["expires_in"] <= 86400
+    assert get(lib, "/v2/token").json()["expires_in"] > 0
     # past the failure limit (6 in this fixture): 429 TOOMANYREQUESTS with Retry-After
     for _ in range(3):
         get(lib, path, auth=basic("kvreg_wrong"))
