@@ -24,12 +24,14 @@ objects. Errors take the OCI format (``api.oci_errors``).
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from collections.abc import Callable
 from typing import TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError as DbIntegrityError
 from sqlalchemy.orm import Session
 
 from kvreg.core import oci
@@ -44,6 +46,7 @@ from kvreg_registry.db.models import Envelope, Namespace
 from kvreg_registry.services import oci as oci_service
 from kvreg_registry.services import refs
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v2", include_in_schema=False)
 
 #: The most tags one page of ``tags/list`` holds (fewer when ``n`` asks for fewer).
@@ -68,8 +71,11 @@ def _lookup(access: NamespaceAccess, find: Callable[[Session, Namespace], T | No
         found = find(s, namespace)
         if found is not None or not oci_service.needs_backfill(s, namespace):
             return found
-    with access.write() as (s, namespace):
-        oci_service.backfill(s, namespace)
+    try:
+        with access.write() as (s, namespace):
+            oci_service.backfill(s, namespace)
+    except DbIntegrityError:  # another request or process wrote them first
+        log.info("OCI manifests of %s written concurrently", access.name)
     with access.read() as (s, namespace):
         return find(s, namespace)
 
