@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
 from core.manifest_helpers import Built
 from kvreg.core import oci
@@ -356,3 +356,28 @@ def test_s3_blobs_redirect_to_a_presigned_url(request: pytest.FixtureRequest, tm
         assert r.status_code == 307 and r.headers["docker-content-digest"] == layer.digest
         presigned = httpx.get(r.headers["location"], timeout=30)
         assert presigned.status_code == 200 and presigned.content == built.objects[layer.digest]
+
+
+def test_fsck_checks_the_stored_oci_manifests(lib: Library) -> None:
+    from kvreg_registry.services.fsck import check_registry
+
+    ns, _built = publish(lib)
+    st = lib.app_state
+
+    def kinds() -> set[str]:
+        return {p.kind for p in check_registry(st.db, st.storage, st.log, rehash=False).problems}
+
+    assert kinds() == set()
+    with st.db.write() as s:
+        row = s.scalars(select(OciManifest)).one()
+        good = (bytes(row.artifact), row.envelope_digest)
+        row.artifact = good[0].replace(b'"layers"', b'"layers" ', 1)
+    assert kinds() == {"oci_manifest_digest"}
+    with st.db.write() as s:
+        row = s.scalars(select(OciManifest)).one()
+        row.artifact, row.envelope_digest = good[0], str(Digest.of_bytes(b"another envelope"))
+    assert kinds() == {"oci_manifest_mismatch"}
+    with st.db.write() as s:
+        s.scalars(select(OciManifest)).one().envelope_digest = good[1]
+    assert kinds() == set()
+    assert get(lib, f"/v2/{ns}/manifests/answer").content == good[0]
