@@ -25,6 +25,7 @@ from kvreg_registry.api.routes_artifacts import router as artifacts_router
 from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
+from kvreg_registry.api.routes_oci import router as oci_router
 from kvreg_registry.api.routes_router import router as router_router
 from kvreg_registry.settings import Settings
 from kvreg_registry.state import open_state
@@ -73,5 +74,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         router_router,
     ):
         app.include_router(router, prefix=API_PREFIX)
+    app.include_router(oci_router)  # /v2/: the OCI distribution pull API (docs/protocol.md § OCI)
     install_web(app)
     return app

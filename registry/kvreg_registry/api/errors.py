@@ -5,6 +5,8 @@ with the status of its class (the table in docs/protocol.md) and the code again 
 the ``X-Kvreg-Error-Code`` header. FastAPI's validation errors become
 ``400 REQUEST_INVALID``; unknown routes ``404 NOT_FOUND``; anything unexpected
 ``500 INTERNAL`` with the traceback in the server log only, never in the body.
+Under ``/v2/`` (the OCI pull API) errors take the OCI distribution format instead
+(``api.oci_errors``).
 Starlette's own answers keep their headers (a ``405`` names the allowed methods in
 ``Allow``, as RFC 9110 requires).
 
@@ -30,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvreg.core import errors as e
 from kvreg.core.errors import ERROR_CODE_HEADER
+from kvreg_registry.api import oci_errors
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +164,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(e.KvregError)
     async def _kvreg(request: Request, exc: e.KvregError) -> Response:
+        if oci_errors.is_oci_path(request.url.path):
+            return oci_errors.from_kvreg(request, exc)
         return _answer(request, kvreg_error_response(exc))
+
+    @app.exception_handler(oci_errors.OciError)
+    async def _oci(request: Request, exc: oci_errors.OciError) -> Response:
+        return oci_errors.from_oci(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        if oci_errors.is_oci_path(request.url.path):
+            return oci_errors.from_validation(request, f"invalid request: {exc.errors()[:1]}")
         problems = [
             {"loc": [str(p) for p in err.get("loc", ())], "message": str(err.get("msg", ""))}
             for err in exc.errors()[:20]
@@ -180,6 +191,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if oci_errors.is_oci_path(request.url.path):
+            return oci_errors.from_http(request, exc)
         code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "REQUEST_INVALID")
         body = {"code": code, "message": str(exc.detail)}
         headers = dict(exc.headers or {})
@@ -191,4 +204,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error while serving a request", exc_info=exc)
+        if oci_errors.is_oci_path(request.url.path):
+            return oci_errors.unexpected(request)
         return _answer(request, error_response(500, {"code": "INTERNAL", "message": "internal error"}))

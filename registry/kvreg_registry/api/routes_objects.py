@@ -335,7 +335,7 @@ def _object_size(access: NamespaceAccess, d: Digest) -> int:
         return object_service.held_size(s, namespace, d)
 
 
-def _object_response(request: Request, access: NamespaceAccess, digest: str, *, head: bool) -> Response:
+def object_response(request: Request, access: NamespaceAccess, digest: str, *, head: bool) -> Response:
     st = access.st
     d = Digest(digest)
     size = _object_size(access, d)
@@ -408,7 +408,7 @@ def get_object(
     access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
-    return _object_response(request, access, digest, head=False)
+    return object_response(request, access, digest, head=False)
 
 
 @router.head(
@@ -427,4 +427,4 @@ def head_object(
     access: NamespaceAccess = Depends(namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
-    return _object_response(request, access, digest, head=True)
+    return object_response(request, access, digest, head=True)

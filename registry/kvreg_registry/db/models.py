@@ -328,6 +328,42 @@ class EnvelopeBlock(Base):
     block_key: Mapped[str] = mapped_column(String(DIGEST_LEN))
 
 
+class OciManifest(Base):
+    """The OCI documents that carry an envelope's artifact (``kvreg.core.oci``), for ``/v2/``.
+
+    ``artifact`` is the artifact manifest (the kvreg manifest as config, its objects as
+    layers), ``signature`` the manifest attaching the DSSE envelope to it; both are stored
+    as served, so a digest a client pinned keeps naming the same bytes across upgrades.
+    ``envelope_digest`` is the SHA-256 of the envelope bytes (the signature's one layer).
+    Written with the envelope (``services.envelopes.store``) or, for envelopes stored before
+    migration 0007, the first time a ``/v2/`` lookup needs them (``services.oci``); gone
+    with the envelope (deleted explicitly, and by the cascade)."""
+
+    __tablename__ = "oci_manifests"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["namespace_id", "manifest_digest"],
+            ["envelopes.namespace_id", "envelopes.manifest_digest"],
+            name="fk_oci_manifests_envelope",
+            ondelete="CASCADE",
+        ),
+        _digest_check("artifact_digest"),
+        _digest_check("signature_digest"),
+        _digest_check("envelope_digest"),
+        Index("ix_oci_manifests_artifact", "namespace_id", "artifact_digest", unique=True),
+        Index("ix_oci_manifests_signature", "namespace_id", "signature_digest", unique=True),
+        Index("ix_oci_manifests_envelope", "namespace_id", "envelope_digest"),
+    )
+
+    namespace_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    manifest_digest: Mapped[str] = mapped_column(String(DIGEST_LEN), primary_key=True)
+    artifact_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    artifact: Mapped[bytes] = mapped_column(LargeBinary)
+    signature_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+    signature: Mapped[bytes] = mapped_column(LargeBinary)
+    envelope_digest: Mapped[str] = mapped_column(String(DIGEST_LEN))
+
+
 class Ref(Base):
     """``namespace/name`` → a manifest digest of an envelope in that namespace."""
 

@@ -4,8 +4,8 @@ Order of checks (docs/protocol.md): the envelope parses; its payload hashes to t
 digest in the URL; a signature verifies with a non-revoked key registered for the
 namespace; the manifest parses and its Merkle root matches its chunk list; the
 namespace holds every object the manifest references. Only then are the envelope,
-its search fields, its block keys (the route index, ``services.router``) and an audit
-entry written, in one transaction.
+its search fields, its block keys (the route index, ``services.router``), its OCI
+manifests (``services.oci``) and an audit entry written, in one transaction.
 
 Deleting one (by a namespace admin, or by retention during GC) is refused under a
 legal hold and while a ref points at it, and leaves an ``envelope.deleted``
@@ -38,7 +38,7 @@ from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Envelope as EnvelopeRow
 from kvreg_registry.db.models import EnvelopeBlock, EnvelopeObject, Namespace, Ref, SigningKey, StoredObject
-from kvreg_registry.services import holds
+from kvreg_registry.services import holds, oci
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.services.search_text import search_fields
 
@@ -174,6 +174,7 @@ def store(
                 for c in manifest.chunks
             ],
         )
+    oci.record(session, ns, manifest, checked.raw)
     seq = audit.append(
         session,
         "envelope.stored",
@@ -245,6 +246,7 @@ def remove(
     old = tombstone(row)
     try:
         with session.begin_nested():
+            oci.forget(session, ns, digest)
             session.execute(
                 delete(EnvelopeBlock).where(
                     EnvelopeBlock.namespace_id == ns.id, EnvelopeBlock.manifest_digest == digest

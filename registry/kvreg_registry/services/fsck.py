@@ -9,6 +9,10 @@ It reads; it never repairs. What it checks:
   stored under, the namespace holds that manifest and every object the envelope
   references (``envelope_objects``);
 - **refs**: every ref points at an envelope stored in its namespace;
+- **OCI manifests** (``oci_manifests``, what ``/v2/`` serves): each stored document hashes
+  to its stored digest, the artifact manifest's config is its envelope's manifest, and
+  the signature manifest's subject is that artifact manifest and its one layer the
+  envelope's bytes (an envelope without a row is not a problem: ``/v2/`` writes it);
 - **audit log**: sequence numbers ``0 .. size-1`` gap-free, each entry's bytes
   hash to its stored leaf and name its own sequence number, the root recomputed
   from all leaves equals the root of the stored tree (``log_nodes``), and every
@@ -38,7 +42,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kvreg.core import merkle
+from kvreg.core import merkle, oci
 from kvreg.core.checkpoint import verify_signed_checkpoint
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope as DsseEnvelope
@@ -51,6 +55,7 @@ from kvreg_registry.db.models import (
     LogCheckpoint,
     Namespace,
     NamespaceObject,
+    OciManifest,
     Ref,
     StoredObject,
 )
@@ -177,6 +182,7 @@ def check_registry(
         ):
             referenced.setdefault((int(ns_id), str(md)), []).append(str(d))
         envelopes: set[tuple[int, str]] = set()
+        envelope_digests: dict[tuple[int, str], str] = {}
         last = (-1, "")
         while True:
             page = s.execute(
@@ -194,6 +200,7 @@ def check_registry(
                 key = (int(ns_id), str(md))
                 last = key
                 envelopes.add(key)
+                envelope_digests[key] = "sha256:" + hashlib.sha256(bytes(raw)).hexdigest()
                 report.envelopes_checked += 1
                 where = f"{ns_names.get(key[0], key[0])}@{md}"
                 try:
@@ -216,6 +223,7 @@ def check_registry(
                         report.problem(
                             "object_missing", where, f"envelope {where} references {d}, not stored"
                         )
+        _check_oci(s, report, ns_names, envelope_digests)
         for ns_id, name, md in s.execute(select(Ref.namespace_id, Ref.name, Ref.manifest_digest)):
             report.refs_checked += 1
             if (int(ns_id), str(md)) not in envelopes:
@@ -225,6 +233,41 @@ def check_registry(
         # --- the audit log ---------------------------------------------------------------------------
         _check_log(s, audit_log, report)
     return report
+
+
+def _check_oci(
+    s: Any,
+    report: RegistryFsckReport,
+    ns_names: dict[int, str],
+    envelope_digests: dict[tuple[int, str], str],
+) -> None:
+    """The stored OCI manifests against their digests and their envelopes (module docstring)."""
+    for row in s.scalars(select(OciManifest)):
+        key = (int(row.namespace_id), str(row.manifest_digest))
+        where = f"{ns_names.get(key[0], key[0])}@{row.manifest_digest}"
+        artifact, signature = bytes(row.artifact), bytes(row.signature)
+        hashed = (Digest.of_bytes(artifact), Digest.of_bytes(signature))
+        if hashed != (row.artifact_digest, row.signature_digest):
+            report.problem(
+                "oci_manifest_digest", where, f"the OCI manifests of {where} do not hash to their digests"
+            )
+            continue
+        try:
+            parsed = oci.parse_artifact_manifest(artifact)
+            sig = oci.parse_signature_manifest(signature)
+        except KvregError as exc:
+            report.problem("oci_manifest_invalid", where, f"the OCI manifests of {where}: {exc.message}")
+            continue
+        envelope = envelope_digests.get(key)
+        if (
+            parsed.kvreg_manifest != row.manifest_digest
+            or sig.subject.digest != row.artifact_digest
+            or sig.envelope.digest != row.envelope_digest
+            or (envelope is not None and envelope != row.envelope_digest)
+        ):
+            report.problem(
+                "oci_manifest_mismatch", where, f"the OCI manifests of {where} do not carry its envelope"
+            )
 
 
 class _Frontier:
