@@ -64,6 +64,7 @@ __all__ = [
     "referrers_tag",
     "repository_for",
     "signature_manifest",
+    "stated_sizes",
     "tag_for",
     "validate_repository_prefix",
 ]
