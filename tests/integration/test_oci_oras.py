@@ -79,6 +79,10 @@ def test_oras_pulls_a_kvreg_pushed_artifact_from_a_public_namespace(
     assert fetched["config"]["digest"] == built.digest
     oci.check_artifact(oci.parse_artifact_manifest(manifest), built.manifest)
     assert json.loads(manifest) == fetched
+    # the ref's own repository: the same artifact as ns/name:latest
+    assert client.get_tags(f"{host}/{ns}/answer") == ["latest"]
+    again = client.pull(target=f"{host}/{ns}/answer:latest", outdir=str(tmp_path / "by-ref"))
+    _check_pulled(again, built, manifest)
     # through a real HTTP server, HEAD keeps the length of what GET sends, and sends nothing
     head = httpx.head(f"{registry.url}/v2/{ns}/manifests/answer", timeout=30)
     assert head.status_code == 200 and head.content == b""

@@ -381,3 +381,29 @@ def test_fsck_checks_the_stored_oci_manifests(lib: Library) -> None:
         s.scalars(select(OciManifest)).one().envelope_digest = good[1]
     assert kinds() == set()
     assert get(lib, f"/v2/{ns}/manifests/answer").content == good[0]
+
+
+# --- the per-ref repository <ns>/<name> ---------------------------------------------------------
+
+
+def test_each_ref_is_also_a_repository_with_one_tag(lib: Library) -> None:
+    ns, built = publish(lib)
+    data = get(lib, f"/v2/{ns}/manifests/answer").content
+    digest = Digest.of_bytes(data)
+    r = get(lib, f"/v2/{ns}/answer/manifests/latest")
+    assert r.status_code == 200, r.text
+    assert r.content == data and r.headers["docker-content-digest"] == digest
+    assert get(lib, f"/v2/{ns}/answer/manifests/{digest}").content == data
+    head = get(lib, f"/v2/{ns}/answer/manifests/latest", method="HEAD")
+    assert head.status_code == 200 and head.content == b""
+    r = get(lib, f"/v2/{ns}/answer/tags/list")
+    assert r.status_code == 200 and r.json() == {"name": f"{ns}/answer", "tags": ["latest"]}
+    layer = oci.parse_artifact_manifest(data).layers[0]
+    r = get(lib, f"/v2/{ns}/answer/blobs/{layer.digest}")
+    assert r.status_code == 200 and r.content == built.objects[layer.digest]
+    index = oci.parse_index(get(lib, f"/v2/{ns}/answer/referrers/{digest}").content)
+    assert [x.artifact_type for x in index] == [oci.SIGNATURE_TYPE]
+    oci_error(get(lib, f"/v2/{ns}/answer/manifests/answer"), 404, "MANIFEST_UNKNOWN")
+    oci_error(get(lib, f"/v2/{ns}/missing/tags/list"), 404, "NAME_UNKNOWN")
+    oci_error(get(lib, f"/v2/{ns}/missing/manifests/latest"), 404, "MANIFEST_UNKNOWN")
+    oci_error(get(lib, f"/v2/{ns}/answer/manifests/latest", method="PUT"), 405, "UNSUPPORTED")

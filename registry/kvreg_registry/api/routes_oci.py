@@ -15,6 +15,11 @@ manifest that attaches the DSSE envelope to it (a referrer), their blobs, and ta
 - ``GET /v2/<ns>/tags/list``: with ``n``/``last`` pagination and ``Link``;
 - ``GET /v2/token``: the Docker token flow (``api.oci_auth``).
 
+Each ref is also a repository of its own, ``<ns>/<name>``, whose one tag is
+:data:`ALIAS_TAG` (``latest``): ``oras pull HOST/ns/name:latest`` and ``oras pull
+HOST/ns:name`` fetch the same manifest. Its blobs, digests and referrers are the
+namespace's.
+
 Access is the API's (``auth``, ``accounts.readable_namespace``): a public namespace is
 read anonymously, a private one needs a token with the read role. Reads are not
 audit-logged, as the API's object and envelope GETs are not. Every push method is
@@ -36,7 +41,7 @@ from sqlalchemy.orm import Session
 
 from kvreg.core import oci
 from kvreg.core.digest import Digest
-from kvreg.core.errors import InvalidNameError, ObjectNotFoundError
+from kvreg.core.errors import InvalidNameError, ObjectNotFoundError, RefNotFoundError
 from kvreg_registry.api.deps import NamespaceAccess, etag, state
 from kvreg_registry.api.oci_auth import issue_token, principal
 from kvreg_registry.api.oci_errors import API_VERSION, API_VERSION_HEADER, PUSH_HINT, OciError
@@ -52,6 +57,8 @@ router = APIRouter(prefix="/v2", include_in_schema=False)
 #: The most tags one page of ``tags/list`` holds (fewer when ``n`` asks for fewer).
 MAX_TAGS_PAGE = 1000
 BLOB_MEDIA_TYPE = "application/octet-stream"
+#: The one tag of the per-ref repository ``<ns>/<name>``: the ref's current artifact.
+ALIAS_TAG = "latest"
 
 T = TypeVar("T")
 
@@ -245,6 +252,59 @@ def list_tags(
         query = urllib.parse.urlencode({"n": limit, "last": page[-1]})
         headers["Link"] = f'</v2/{ns}/tags/list?{query}>; rel="next"'
     return JSONResponse({"name": ns, "tags": page}, headers=headers)
+
+
+# --- the per-ref repository <ns>/<name> ----------------------------------------------------------
+
+
+def _alias_reference(ns: str, name: str, reference: str) -> str:
+    """The namespace-level reference of ``reference`` in repository ``<ns>/<name>``."""
+    if ":" in reference:
+        return reference
+    if reference != ALIAS_TAG:
+        raise OciError(404, "MANIFEST_UNKNOWN", f"repository {ns}/{name} has one tag, {ALIAS_TAG!r}")
+    if not _is_tag(name):
+        raise OciError(404, "NAME_UNKNOWN", f"no repository {ns}/{name}")
+    return name
+
+
+@router.api_route("/{ns}/{name}/manifests/{reference}", methods=["GET", "HEAD"])
+def get_ref_manifest(
+    ns: str, name: str, reference: str, request: Request, who: Principal = Depends(principal)
+) -> Response:
+    return get_manifest(ns, _alias_reference(ns, name, reference), request, who)
+
+
+@router.api_route("/{ns}/{name}/blobs/{digest}", methods=["GET", "HEAD"])
+def get_ref_blob(
+    ns: str, name: str, digest: str, request: Request, who: Principal = Depends(principal)
+) -> Response:
+    return get_blob(ns, digest, request, who)
+
+
+@router.get("/{ns}/{name}/referrers/{digest}")
+def get_ref_referrers(
+    ns: str,
+    name: str,
+    digest: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    artifact_type: str | None = Query(default=None, alias="artifactType", max_length=255),
+) -> Response:
+    return get_referrers(ns, digest, request, who, artifact_type)
+
+
+@router.get("/{ns}/{name}/tags/list")
+def list_ref_tags(ns: str, name: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    access = _access(request, who, ns)
+    if not _is_tag(name):
+        raise OciError(404, "NAME_UNKNOWN", f"no repository {ns}/{name}")
+    with access.read() as (s, namespace):
+        try:
+            refs.get(s, namespace, name)
+        except RefNotFoundError:
+            raise OciError(404, "NAME_UNKNOWN", f"no repository {ns}/{name}") from None
+    return JSONResponse({"name": f"{ns}/{name}", "tags": [ALIAS_TAG]}, headers=_headers())
 
 
 # --- everything else -----------------------------------------------------------------------------
