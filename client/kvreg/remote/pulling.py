@@ -51,7 +51,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvreg.core.digest import Digest
@@ -95,7 +95,9 @@ __all__ = [
 class PullReport:
     """What a pull did. ``objects_staged``: found complete in the staging folder of an earlier try;
     ``objects_deferred``: left on the registry by a lazy pull; ``eviction``: what bringing the
-    store back under ``store.max-bytes`` did (``EvictReport.to_dict()``; None without a budget)."""
+    store back under ``store.max-bytes`` did (``EvictReport.to_dict()``; None without a budget);
+    ``warnings``: what the user overrode (an OCI pull's ``--allow-rollback``); ``oci``: the
+    repository, tag and manifest digest an OCI pull read."""
 
     remote: str | None
     ref: str
@@ -116,6 +118,8 @@ class PullReport:
     objects_deferred: int = 0
     pinned: bool = False
     eviction: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    oci: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -64,6 +64,7 @@ class ObjectSource(Protocol):
 
     def limit(self, name: str, default: int) -> int: ...
 
+
 STAGING_PREFIX = "pull-"
 PARTIAL_SUFFIX = ".incomplete"
 

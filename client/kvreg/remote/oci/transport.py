@@ -135,6 +135,15 @@ class OciTransport:
             self.auth.learn(reply.headers.get("WWW-Authenticate"))
         self._pinged = True
 
+    def check_credentials(self) -> str | None:
+        """``GET /v2/`` with the credentials (a token of no scope for a Bearer registry): the
+        scheme the registry asked for (None: it asked for none). ``UnauthenticatedError`` if
+        they are refused."""
+        self.ping()
+        url = f"{self.base_url}/v2/"
+        self.call("GET", url, [], limit=64 * 1024)
+        return self.auth.scheme
+
     def headers_for(
         self, url: str, scopes: Sequence[str], extra: Mapping[str, str] | None = None
     ) -> dict[str, str]:
