@@ -1,0 +1,338 @@
+"""kvreg push and pull through real OCI registries (CNCF distribution 2.8, Debian's docker-registry).
+
+The acceptance of the OCI issue: push, pull into a fresh home and ``graft --check``
+byte-exact; a second push sends no blob bytes; a flipped byte in the registry's blob
+storage, a swapped layer, a signature by an untrusted key and a tag moved back to an
+older manifest each end in exit 3 with nothing written to the home; basic auth with
+credentials from a Docker config file and from a credential helper. Distribution 2.8
+has no referrers API, so the referrers tag schema is what these tests exercise. Each
+test works under a repository prefix of its own (the registries are shared).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cli.helpers import SUFFIX, kvreg, snapshot
+from services import oci_blob_path, oci_open_registry, oci_registry
+
+from .conftest import object_sizes
+
+
+@pytest.fixture(autouse=True)
+def _no_user_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The developer's own Docker and Podman credentials never reach these tests."""
+    empty = tmp_path / "docker-config"
+    empty.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(empty))
+    for name in ("REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _prefix() -> str:
+    return f"kvt{uuid.uuid4().hex[:12]}"
+
+
+def _host(url: str) -> str:
+    return url.removeprefix("http://")
+
+
+def _home(tmp_path: Path, name: str, url: str, prefix: str, *, source: Path | None = None) -> Path:
+    """A store with the OCI remote ``hub``; with ``source``, a copy of that store's artifacts and keys."""
+    home = tmp_path / name
+    home.mkdir()
+    if source is not None:
+        for sub in ("objects", "envelopes", "refs", "keys", "trust.json"):
+            src = source / sub
+            if src.is_dir():
+                shutil.copytree(src, home / sub, symlinks=True)
+            elif src.is_file():
+                shutil.copy2(src, home / sub)
+    kvreg(home, "remote", "add", "hub", f"oci://{_host(url)}/{prefix}", "--insecure")
+    return home
+
+
+def _reader(tmp_path: Path, name: str, url: str, prefix: str, ns: str, key: str) -> Path:
+    home = _home(tmp_path, name, url, prefix)
+    kvreg(home, "trust", "add", ns, key)
+    return home
+
+
+def _manifest(url: str, repo: str, ref: str, auth: tuple[str, str] | None = None) -> tuple[bytes, str]:
+    r = httpx.get(
+        f"{url}/v2/{repo}/manifests/{ref}",
+        headers={
+            "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"
+        },
+        auth=auth,
+    )
+    r.raise_for_status()
+    return r.content, r.headers["Docker-Content-Digest"]
+
+
+def _put_manifest(url: str, repo: str, ref: str, data: bytes, media: str) -> None:
+    r = httpx.put(f"{url}/v2/{repo}/manifests/{ref}", content=data, headers={"Content-Type": media})
+    assert r.status_code == 201, r.text
+
+
+def _refused(home: Path, *args: str) -> Any:
+    """Run a pull that must end in exit 3 and leave the store as it was (no file, no staging folder)."""
+    before = snapshot(home)
+    run = kvreg(home, "--json", "pull", *args, expect=3)
+    after = snapshot(home)
+    if "tmp" not in before and after.get("tmp", (0, 0))[0] == 0:
+        after.pop("tmp", None)  # the (empty) parent folder of pull staging folders
+    assert after == before, "a refused pull wrote to the store"
+    return run
+
+
+# --- push, pull, graft ---------------------------------------------------------------------
+
+
+def test_push_pull_graft_byte_exact_and_second_push_sends_nothing(
+    depositor: dict[str, Any], llama: Path, tmp_path: Path
+) -> None:
+    reg, prefix = oci_open_registry(), _prefix()
+    pusher = _home(tmp_path, "pusher", reg["url"], prefix, source=depositor["home"])
+    push = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07").json
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07"])
+    manifest_size = len(depositor["manifests"]["p07"].raw_bytes)
+    assert push["objects_total"] == len(sizes) + 1  # the objects and the kvreg manifest (the config)
+    assert push["bytes_sent"] == sum(sizes.values()) + manifest_size
+    assert push["ref_changed"] is True and push["old"] is None
+    assert push["oci"]["repository"] == f"{prefix}/ns"
+
+    again = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07").json
+    assert again["bytes_sent"] == 0 and again["objects_sent"] == 0 and again["objects_missing"] == 0
+    assert again["ref_changed"] is False
+
+    # The signature is attached with the referrers tag schema (distribution 2.8 has no referrers API).
+    fallback = f"sha256-{push['oci']['manifest'].removeprefix('sha256:')}"
+    index = json.loads(_manifest(reg["url"], f"{prefix}/ns", fallback)[0])
+    assert [m["artifactType"] for m in index["manifests"]] == ["application/vnd.kvreg.signature.v1+json"]
+
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    pull = kvreg(dst, "--json", "pull", "hub", "ns/p07").json
+    assert pull["digest"] == push["digest"]
+    assert pull["objects_downloaded"] == len(sizes)
+    assert pull["bytes_downloaded"] == sum(sizes.values())
+    assert pull["audit"]["verified"] is False  # said, not silently dropped
+    kvreg(dst, "fsck")
+    prompt = tmp_path / "suffix.txt"
+    prompt.write_text(SUFFIX, encoding="utf-8")
+    graft = kvreg(
+        dst, "--json", "graft", "ns/p07", "--model", llama, "--append-file", prompt,
+        "--max-new-tokens", "4", "--check",
+    ).json  # fmt: skip
+    assert graft["check"]["byte_exact"] is True
+    assert graft["check"]["sha256_equal_steps"] == graft["check"]["steps"]
+
+    listed = kvreg(dst, "--json", "ls-remote", "hub", "ns").json
+    assert [(r["ref"], r["digest"]) for r in listed["refs"]] == [("ns/p07", push["digest"])]
+    shown = kvreg(dst, "--json", "remote", "show", "hub").json
+    assert shown["kind"] == "oci" and any("transparency log" in line for line in shown["limitations"])
+
+
+def test_tag_immutability_and_mount_from_another_repository(
+    depositor: dict[str, Any], tmp_path: Path
+) -> None:
+    reg, prefix = oci_open_registry(), _prefix()
+    pusher = _home(tmp_path, "pusher", reg["url"], prefix, source=depositor["home"])
+    kvreg(pusher, "push", "hub", "src/p07", "--as", "a/p07", "--tag")
+    moved = kvreg(pusher, "--json", "push", "hub", "src/p07x", "--as", "a/p07", expect=None)
+    assert moved.rc != 0 and "TAG_IMMUTABLE" in moved.out + moved.err
+    # Another namespace of the same registry: the blobs the two artifacts share are mounted.
+    second = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "b/p07").json
+    assert second["objects_mounted"] == second["objects_missing"] > 0
+    assert second["bytes_sent"] == 0
+
+
+# --- refusals: exit 3, nothing written ------------------------------------------------------
+
+
+def _pushed(
+    depositor: dict[str, Any], tmp_path: Path, reg: dict[str, str], name: str = "p07"
+) -> tuple[str, dict[str, Any]]:
+    prefix = _prefix()
+    pusher = _home(tmp_path, "pusher", reg["url"], prefix, source=depositor["home"])
+    push = kvreg(pusher, "--json", "push", "hub", f"src/{name}", "--as", "ns/p07").json
+    return prefix, push
+
+
+def test_flipped_byte_in_registry_storage_stores_nothing(depositor: dict[str, Any], tmp_path: Path) -> None:
+    reg = oci_open_registry()
+    prefix, _ = _pushed(depositor, tmp_path, reg)
+    chunk = str(depositor["manifests"]["p07"].chunks[1].digest)
+    blob = oci_blob_path(reg["root"], chunk)
+    original = blob.read_bytes()
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0x01
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    try:
+        blob.write_bytes(bytes(damaged))
+        run = _refused(dst, "hub", "ns/p07")
+    finally:
+        blob.write_bytes(original)  # the registry's storage is shared with other tests
+    assert "DIGEST_MISMATCH" in run.out + run.err
+    assert not list((dst / "tmp").glob("pull-*")), "nothing of the tampered pull is left staged"
+    kvreg(dst, "pull", "hub", "ns/p07")  # the intact blob pulls
+
+
+def test_swapped_layer_is_refused(depositor: dict[str, Any], tmp_path: Path) -> None:
+    """A registry that re-signs nothing but rewrites the artifact manifest (a layer swapped for
+    another blob) and attaches the genuine envelope to it is caught by the layer check."""
+    reg = oci_open_registry()
+    prefix, push = _pushed(depositor, tmp_path, reg)
+    repo = f"{prefix}/ns"
+    raw, _ = _manifest(reg["url"], repo, "p07")
+    doc = json.loads(raw)
+    other = depositor["manifests"]["other"].chunks[0]
+    doc["layers"][1]["digest"], doc["layers"][1]["size"] = str(other.digest), other.size
+    # The swapped-in blob must be in the repository for the registry to take the manifest.
+    _upload(
+        reg["url"],
+        repo,
+        oci_blob_path(reg["root"], str(depositor["manifests"]["p07"].chunks[0].digest)),
+        None,
+    )
+    _upload(reg["url"], repo, None, (depositor["home"], str(other.digest)))
+    forged = json.dumps(doc).encode()
+    _put_manifest(reg["url"], repo, "p07", forged, doc["mediaType"])
+    # Attach the genuine signature manifest (same envelope) to the forged manifest.
+    fallback = f"sha256-{push['oci']['manifest'].removeprefix('sha256:')}"
+    index = json.loads(_manifest(reg["url"], repo, fallback)[0])
+    sig_raw, _ = _manifest(reg["url"], repo, index["manifests"][0]["digest"])
+    sig = json.loads(sig_raw)
+    import hashlib
+
+    forged_digest = "sha256:" + hashlib.sha256(forged).hexdigest()
+    sig["subject"] = {"mediaType": doc["mediaType"], "digest": forged_digest, "size": len(forged)}
+    sig_bytes = json.dumps(sig).encode()
+    sig_digest = "sha256:" + hashlib.sha256(sig_bytes).hexdigest()
+    _put_manifest(reg["url"], repo, sig_digest, sig_bytes, doc["mediaType"])
+    index["manifests"] = [{**index["manifests"][0], "digest": sig_digest, "size": len(sig_bytes)}]
+    _put_manifest(
+        reg["url"], repo, f"sha256-{forged_digest.removeprefix('sha256:')}", json.dumps(index).encode(),
+        "application/vnd.oci.image.index.v1+json",
+    )  # fmt: skip
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    run = _refused(dst, "hub", "ns/p07")
+    assert "DIGEST_MISMATCH" in run.out + run.err and "layers" in run.out + run.err
+
+
+def _upload(url: str, repo: str, path: Path | None, stored: tuple[Path, str] | None) -> None:
+    if stored is not None:
+        home, digest = stored
+        hexdigest = digest.removeprefix("sha256:")
+        data = (home / "objects" / hexdigest[:2] / hexdigest[2:]).read_bytes()
+    else:
+        assert path is not None
+        data = path.read_bytes()
+    import hashlib
+
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    start = httpx.post(f"{url}/v2/{repo}/blobs/uploads/")
+    assert start.status_code == 202, start.text
+    location = httpx.URL(url).join(start.headers["Location"])
+    done = httpx.put(location.copy_merge_params({"digest": digest}), content=data)
+    assert done.status_code == 201, done.text
+
+
+def test_untrusted_signer_is_refused_before_any_chunk(depositor: dict[str, Any], tmp_path: Path) -> None:
+    reg = oci_open_registry()
+    prefix, _ = _pushed(depositor, tmp_path, reg)
+    stranger = tmp_path / "stranger"
+    kvreg(stranger, "keys", "generate")
+    key = kvreg(stranger, "keys", "export").out.strip()
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", key)
+    run = _refused(dst, "hub", "ns/p07")
+    assert "KEY_UNTRUSTED" in run.out + run.err or "SIGNATURE" in run.out + run.err
+
+
+def test_tag_moved_back_to_an_older_manifest_is_refused(depositor: dict[str, Any], tmp_path: Path) -> None:
+    reg, prefix = oci_open_registry(), _prefix()
+    pusher = _home(tmp_path, "pusher", reg["url"], prefix, source=depositor["home"])
+    first = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/t").json
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    kvreg(dst, "pull", "hub", "ns/t")
+    kvreg(pusher, "push", "hub", "src/p07x", "--as", "ns/t")
+    kvreg(dst, "pull", "hub", "ns/t")  # moved forward: accepted
+    # Whoever can write to the registry puts the first (validly signed) manifest back.
+    raw, _ = _manifest(reg["url"], f"{prefix}/ns", first["oci"]["manifest"])
+    _put_manifest(reg["url"], f"{prefix}/ns", "t", raw, "application/vnd.oci.image.manifest.v1+json")
+    run = _refused(dst, "hub", "ns/t")
+    assert "REF_ROLLBACK" in run.out + run.err
+    allowed = kvreg(dst, "--json", "pull", "hub", "ns/t", "--allow-rollback").json
+    assert allowed["digest"] == first["digest"] and allowed["warnings"]
+
+
+# --- credentials -------------------------------------------------------------------------------
+
+
+def test_basic_auth_from_docker_config_helper_and_login(
+    depositor: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reg, prefix = oci_registry(), _prefix()
+    host = _host(reg["url"])
+    pusher = _home(tmp_path, "pusher", reg["url"], prefix, source=depositor["home"])
+    denied = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07", expect=None)
+    assert denied.rc != 0 and "UNAUTHENTICATED" in denied.out + denied.err
+
+    # docker login's file: auths with base64 user:password.
+    config = tmp_path / "docker"
+    config.mkdir()
+    auth = base64.b64encode(f"{reg['user']}:{reg['password']}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    pushed = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07").json
+    assert pushed["ref_changed"] is True
+    shown = kvreg(pusher, "--json", "remote", "show", "hub").json
+    assert shown["credentials"].startswith(f"user {reg['user']}")
+    assert reg["password"] not in json.dumps(shown)
+
+    # A credential helper (a real executable on PATH, run as docker runs it).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-kvtest"
+    answer = json.dumps({"ServerURL": host, "Username": reg["user"], "Secret": reg["password"]})
+    helper.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = get ] || exit 1\n'
+        "read server\n"
+        f'[ "$server" = "{host}" ] || {{ echo "credentials not found in native keychain"; exit 1; }}\n'
+        f"echo '{answer}'\n"
+    )
+    helper.chmod(0o755)
+    (config / "config.json").write_text(json.dumps({"credHelpers": {host: "kvtest"}}))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    assert kvreg(dst, "--json", "pull", "hub", "ns/p07").json["digest"] == pushed["digest"]
+
+    # kvreg login: checked with the registry, stored with mode 0600, never printed.
+    (config / "config.json").write_text("{}")
+    wrong = kvreg(
+        dst, "login", "hub", "--username", reg["user"], "--password-stdin", stdin="nope\n", expect=None
+    )
+    assert wrong.rc != 0
+    ok = kvreg(
+        dst, "--json", "login", "hub", "-u", reg["user"], "--password-stdin", stdin=reg["password"] + "\n"
+    )
+    assert ok.json["scheme"] == "basic" and reg["password"] not in ok.out + ok.err
+    assert (dst / "credentials.json").stat().st_mode & 0o777 == 0o600
+    assert kvreg(dst, "--json", "ls-remote", "hub", "ns").json["refs"][0]["ref"] == "ns/p07"
+
+
+def test_plain_http_is_refused_off_loopback(tmp_path: Path) -> None:
+    run = kvreg(
+        tmp_path / "h", "remote", "add", "far", "oci://registry.example.org/kv", "--insecure", expect=2
+    )
+    assert "plain HTTP" in run.out + run.err
+    kvreg(tmp_path / "h", "remote", "add", "far", "oci://registry.example.org/kv", "--force-insecure")
