@@ -12,8 +12,15 @@ test works under a repository prefix of its own (the registries are shared).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,10 +28,11 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.helpers import SUFFIX, kvreg, snapshot
+from cli.helpers import SUFFIX, kvreg, kvreg_env, snapshot
 from services import oci_blob_path, oci_open_registry, oci_registry
 
 from .conftest import object_sizes
+from .proxy import StallingProxy
 
 
 @pytest.fixture(autouse=True)
@@ -197,13 +205,7 @@ def test_swapped_layer_is_refused(depositor: dict[str, Any], tmp_path: Path) -> 
     other = depositor["manifests"]["other"].chunks[0]
     doc["layers"][1]["digest"], doc["layers"][1]["size"] = str(other.digest), other.size
     # The swapped-in blob must be in the repository for the registry to take the manifest.
-    _upload(
-        reg["url"],
-        repo,
-        oci_blob_path(reg["root"], str(depositor["manifests"]["p07"].chunks[0].digest)),
-        None,
-    )
-    _upload(reg["url"], repo, None, (depositor["home"], str(other.digest)))
+    _upload(reg["url"], repo, depositor["home"], str(other.digest))
     forged = json.dumps(doc).encode()
     _put_manifest(reg["url"], repo, "p07", forged, doc["mediaType"])
     # Attach the genuine signature manifest (same envelope) to the forged manifest.
@@ -211,8 +213,6 @@ def test_swapped_layer_is_refused(depositor: dict[str, Any], tmp_path: Path) -> 
     index = json.loads(_manifest(reg["url"], repo, fallback)[0])
     sig_raw, _ = _manifest(reg["url"], repo, index["manifests"][0]["digest"])
     sig = json.loads(sig_raw)
-    import hashlib
-
     forged_digest = "sha256:" + hashlib.sha256(forged).hexdigest()
     sig["subject"] = {"mediaType": doc["mediaType"], "digest": forged_digest, "size": len(forged)}
     sig_bytes = json.dumps(sig).encode()
@@ -228,17 +228,10 @@ def test_swapped_layer_is_refused(depositor: dict[str, Any], tmp_path: Path) -> 
     assert "DIGEST_MISMATCH" in run.out + run.err and "layers" in run.out + run.err
 
 
-def _upload(url: str, repo: str, path: Path | None, stored: tuple[Path, str] | None) -> None:
-    if stored is not None:
-        home, digest = stored
-        hexdigest = digest.removeprefix("sha256:")
-        data = (home / "objects" / hexdigest[:2] / hexdigest[2:]).read_bytes()
-    else:
-        assert path is not None
-        data = path.read_bytes()
-    import hashlib
-
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+def _upload(url: str, repo: str, home: Path, digest: str) -> None:
+    """Upload object ``digest`` of the store ``home`` as a blob of ``repo`` (plain HTTP, no kvreg)."""
+    hexdigest = digest.removeprefix("sha256:")
+    data = (home / "objects" / hexdigest[:2] / hexdigest[2:]).read_bytes()
     start = httpx.post(f"{url}/v2/{repo}/blobs/uploads/")
     assert start.status_code == 202, start.text
     location = httpx.URL(url).join(start.headers["Location"])
@@ -312,7 +305,7 @@ def test_basic_auth_from_docker_config_helper_and_login(
     )
     helper.chmod(0o755)
     (config / "config.json").write_text(json.dumps({"credHelpers": {host: "kvtest"}}))
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
     assert kvreg(dst, "--json", "pull", "hub", "ns/p07").json["digest"] == pushed["digest"]
 
@@ -336,3 +329,51 @@ def test_plain_http_is_refused_off_loopback(tmp_path: Path) -> None:
     )
     assert "plain HTTP" in run.out + run.err
     kvreg(tmp_path / "h", "remote", "add", "far", "oci://registry.example.org/kv", "--force-insecure")
+
+
+# --- a killed pull resumes ------------------------------------------------------------------------
+
+_OCI_BLOB = re.compile(r"/v2/.+/blobs/sha256:[0-9a-f]{64}$")
+
+
+def test_killed_pull_resumes_with_range(depositor: dict[str, Any], tmp_path: Path) -> None:
+    """SIGKILL in the middle of a blob: the next pull keeps the finished blobs and resumes the
+    partial one with a Range request (subprocess: the kill must be real)."""
+    reg = oci_open_registry()
+    prefix, push = _pushed(depositor, tmp_path, reg, "p07x")
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
+    dst = _reader(tmp_path, "reader", reg["url"], prefix, "ns", depositor["public_key"])
+    allow = 3  # the envelope, then two objects; the third stalls half way
+    proxy = StallingProxy(reg["url"], method="GET", allow=allow, pattern=_OCI_BLOB)
+    try:
+        kvreg(dst, "remote", "add", "flaky", f"oci://{_host(proxy.url)}/{prefix}", "--insecure")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kvreg", "pull", "flaky", "ns/p07", "-j", "1"],
+            env=kvreg_env(dst),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proxy.stalled.wait(120), "the pull never reached the stalled blob"
+            time.sleep(0.5)  # let the client write what it received
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+    finally:
+        proxy.close()
+    staging = list((dst / "tmp").glob("pull-*"))
+    assert len(staging) == 1
+    complete = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}", p.name)]
+    partial = [p for p in staging[0].iterdir() if p.name.endswith(".incomplete")]
+    assert len(complete) == allow - 1
+    assert len(partial) == 1 and partial[0].stat().st_size > 0
+    finished = sum(p.stat().st_size for p in complete) + partial[0].stat().st_size
+    assert not (dst / "refs" / "ns").exists(), "nothing is visible before the pull completes"
+
+    report = kvreg(dst, "--json", "pull", "hub", "ns/p07").json
+    assert report["digest"] == push["digest"]
+    assert report["objects_staged"] == allow - 1
+    assert report["bytes_downloaded"] == sum(sizes.values()) - finished
+    kvreg(dst, "verify", "ns/p07")
+    assert not list((dst / "tmp").glob("pull-*"))
