@@ -32,6 +32,7 @@ from cli.helpers import SUFFIX, kvreg, kvreg_env, snapshot
 from services import oci_blob_path, oci_open_registry, oci_registry
 
 from .conftest import object_sizes
+from .oci_token import SERVICE, token_registry
 from .proxy import StallingProxy
 
 
@@ -464,3 +465,38 @@ def test_oras_lists_pulls_and_copies_a_kvreg_artifact(
         "--max-new-tokens", "4", "--check",
     ).json  # fmt: skip
     assert graft["check"]["byte_exact"] is True
+
+
+# --- the Docker token flow (Bearer) ---------------------------------------------------------------
+
+
+def test_bearer_token_flow(
+    depositor: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry with ``auth: token``: anonymous requests get tokens without access (refused), Basic
+    credentials from a Docker config file get tokens per scope, cached; push and pull work."""
+    with token_registry(tmp_path) as reg:
+        prefix = _prefix()
+        pusher = _home(tmp_path, "pusher", reg.url, prefix, source=depositor["home"])
+        denied = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07", expect=None)
+        assert denied.rc != 0 and "UNAUTHENTICATED" in denied.out + denied.err
+        assert reg.requests and all(r["user"] is None for r in reg.requests)
+
+        config = tmp_path / "docker-bearer"
+        config.mkdir()
+        basic = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+        (config / "config.json").write_text(json.dumps({"auths": {_host(reg.url): {"auth": basic}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(config))
+        reg.requests.clear()
+        push = kvreg(pusher, "--json", "push", "hub", "src/p07", "--as", "ns/p07").json
+        assert push["ref_changed"] is True
+        scopes = [tuple(r["scopes"]) for r in reg.requests]
+        assert all(r["user"] == reg.user and r["service"] == [SERVICE] for r in reg.requests)
+        assert (f"repository:{prefix}/ns:pull,push",) in scopes
+        assert len(scopes) == len(set(scopes)), "one token per set of scopes, cached"
+
+        dst = _reader(tmp_path, "reader", reg.url, prefix, "ns", depositor["public_key"])
+        pull = kvreg(dst, "--json", "pull", "hub", "ns/p07").json
+        assert pull["digest"] == push["digest"]
+        login = kvreg(dst, "--json", "login", "hub", "-u", reg.user, "--password-stdin", stdin=reg.password)
+        assert login.json["scheme"] == "bearer"

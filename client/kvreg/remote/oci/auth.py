@@ -103,6 +103,7 @@ class Authenticator:
         self._challenge: Challenge | None = None
         self._tokens: dict[tuple[str, ...], str] = {}
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()
 
     def __repr__(self) -> str:
         scheme = self._challenge.scheme if self._challenge else None
@@ -145,9 +146,13 @@ class Authenticator:
         with self._lock:
             token = self._tokens.get(key)
         if token is None:
-            token = self._fetch_token(challenge, key)
-            with self._lock:
-                self._tokens[key] = token
+            with self._fetching:  # parallel workers wait for one token instead of asking each
+                with self._lock:
+                    token = self._tokens.get(key)
+                if token is None:
+                    token = self._fetch_token(challenge, key)
+                    with self._lock:
+                        self._tokens[key] = token
         return f"Bearer {token}"
 
     # --- the token service -------------------------------------------------------------
