@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.helpers import SUFFIX, kvreg, kvreg_env, snapshot
+from cli.helpers import BLOCK, SUFFIX, TEXT, kvreg, kvreg_env, snapshot
 from services import oci_blob_path, oci_open_registry, oci_registry
 
 from .conftest import object_sizes
@@ -500,3 +500,28 @@ def test_bearer_token_flow(
         assert pull["digest"] == push["digest"]
         login = kvreg(dst, "--json", "login", "hub", "-u", reg.user, "--password-stdin", stdin=reg.password)
         assert login.json["scheme"] == "bearer"
+
+
+# --- kvreg ask: lazy pull and on-demand chunks from an OCI registry -------------------------------
+
+
+def test_ask_pulls_lazily_and_fetches_chunks_on_demand(
+    depositor: dict[str, Any], llama: Path, tmp_path: Path
+) -> None:
+    """No routing by block keys on an OCI registry: ``--namespace`` names where to look; the
+    artifacts there are pulled lazily (signature checked, tokens only), routed locally, and the
+    chunks the graft reads are fetched on demand from the repository they were pulled from."""
+    reg = oci_open_registry()
+    prefix, push = _pushed(depositor, tmp_path, reg)
+    dst = _reader(tmp_path, "asker", reg["url"], prefix, "ns", depositor["public_key"])
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(TEXT + SUFFIX, encoding="utf-8")
+    answer = kvreg(
+        dst, "--json", "ask", "--model", llama, "--prompt-file", prompt, "--block-size", BLOCK,
+        "--mode", "prefix", "--max-new-tokens", "2", "--remote", "hub", "--namespace", "ns",
+    ).json  # fmt: skip
+    assert answer["remote"]["pulled"] == [{"ref": "ns/p07", "manifest_digest": push["digest"]}]
+    assert answer["mode"] == "prefix" and answer["fallback"] is False
+    assert answer["remote"]["fetched_objects"] > 0 and answer["remote"]["fetched_bytes"] > 0
+    chunks = depositor["manifests"]["p07"].chunks
+    assert answer["remote"]["fetched_objects"] < len(chunks) + 2  # only what the graft reads
