@@ -525,3 +525,24 @@ def test_ask_pulls_lazily_and_fetches_chunks_on_demand(
     assert answer["remote"]["fetched_objects"] > 0 and answer["remote"]["fetched_bytes"] > 0
     chunks = depositor["manifests"]["p07"].chunks
     assert answer["remote"]["fetched_objects"] < len(chunks) + 2  # only what the graft reads
+
+
+def test_chunks_of_a_lazy_pull_under_another_name_come_from_its_repository(
+    depositor: dict[str, Any], llama: Path, tmp_path: Path
+) -> None:
+    """``pull --lazy --as mine/p07`` records where the chunks stayed (repository PREFIX/ns); ``ask``
+    over the OCI remote routes locally and fetches them from there, not from PREFIX/mine."""
+    reg = oci_open_registry()
+    prefix, push = _pushed(depositor, tmp_path, reg)
+    dst = _reader(tmp_path, "asker", reg["url"], prefix, "mine", depositor["public_key"])
+    lazy = kvreg(dst, "--json", "pull", "hub", "ns/p07", "--lazy", "--as", "mine/p07").json
+    assert lazy["objects_deferred"] > 0 and lazy["digest"] == push["digest"]
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(TEXT + SUFFIX, encoding="utf-8")
+    answer = kvreg(
+        dst, "--json", "ask", "--model", llama, "--prompt-file", prompt, "--block-size", BLOCK,
+        "--mode", "prefix", "--max-new-tokens", "2", "--remote", "hub",
+    ).json  # fmt: skip
+    assert answer["mode"] == "prefix" and answer["fallback"] is False, answer
+    assert answer["artifact"]["ref"] == "mine/p07"
+    assert answer["remote"]["pulled"] == [] and answer["remote"]["fetched_objects"] > 0

@@ -66,7 +66,7 @@ from kvreg.remote.oci.pulling import pull as oci_pull
 from kvreg.remote.ondemand import ensure_objects, ensured, needed_for_graft
 from kvreg.remote.pulling import pull
 from kvreg.remote.remotes import RemoteConfig
-from kvreg.store import probes
+from kvreg.store import access_log, probes
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
@@ -415,14 +415,31 @@ def _restore_tokens(
         return
 
 
+def _source_namespace(home: Home, needed: Sequence[Digest], remote: str | None) -> str | None:
+    """The registry namespace a lazy pull from ``remote`` left one of ``needed`` in (the pull's
+    record, ``kvreg.store.access_log``): on an OCI registry, the repository to fetch from."""
+    if all(home.objects.has(d) for d in needed):
+        return None
+    records = access_log.read_access_log(home)
+    for d in needed:
+        record = records.get(d.hex)
+        deferred = None if record is None else record.deferred
+        if deferred is not None and deferred.remote == remote:
+            with contextlib.suppress(KvregError):
+                return RefName.parse(deferred.remote_ref).namespace
+    return None
+
+
 @contextlib.contextmanager
 def _objects_for(
     home: Home, artifact: Artifact, blocks: int, remote: RemoteSource, report: RemoteReport, probe: bool
 ) -> Iterator[None]:
     """Make the objects a graft of ``blocks`` chunks of ``artifact`` reads present, leased for the block."""
     manifest = artifact.manifest
-    namespace = artifact.ref.namespace if artifact.ref is not None else None
     needed = needed_for_graft(manifest, blocks, witness=not probe)
+    namespace = _source_namespace(home, needed, remote.client.remote_name)
+    if namespace is None and artifact.ref is not None:
+        namespace = artifact.ref.namespace
     if namespace is None:
         missing = [d for d in needed if not home.objects.has(d)]
         if missing:
