@@ -546,3 +546,32 @@ def test_chunks_of_a_lazy_pull_under_another_name_come_from_its_repository(
     assert answer["mode"] == "prefix" and answer["fallback"] is False, answer
     assert answer["artifact"]["ref"] == "mine/p07"
     assert answer["remote"]["pulled"] == [] and answer["remote"]["fetched_objects"] > 0
+
+
+def test_tag_lists_are_paginated_and_manifests_verified(
+    depositor: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client follows ``Link: <...>; rel="next"`` page by page, and a manifest whose bytes
+    do not hash to the digest asked for is refused."""
+    from kvreg.core.errors import DigestMismatchError
+    from kvreg.remote.oci import manifests
+    from kvreg.remote.oci.client import OciClient
+    from kvreg.remote.remotes import parse_oci_url
+
+    reg = oci_open_registry()
+    prefix, push = _pushed(depositor, tmp_path, reg)
+    pusher = tmp_path / "pusher"
+    for name in ("p07-b", "p07-c"):
+        kvreg(pusher, "push", "hub", "src/p07", "--as", f"ns/{name}")
+    monkeypatch.setattr(manifests, "_PAGE", 1)
+    with OciClient(parse_oci_url(f"oci://{_host(reg['url'])}/{prefix}", insecure=True)) as client:
+        repo = client.repository("ns")
+        tags = client.list_tags(repo)
+        assert sorted(t for t in tags if not t.startswith("sha256-")) == ["p07", "p07-b", "p07-c"]
+        assert client.list_tags(client.repository("absent")) == []
+        wrong = "sha256:" + "0" * 64
+        raw = client.get_manifest(repo, push["oci"]["manifest"])
+        assert raw is not None and hashlib.sha256(raw).hexdigest() == push["oci"]["manifest"][7:]
+        monkeypatch.setattr(client, "url", lambda r, *parts: f"{reg['url']}/v2/{repo}/manifests/p07")
+        with pytest.raises(DigestMismatchError):
+            client.get_manifest(repo, wrong)
