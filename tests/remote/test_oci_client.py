@@ -55,6 +55,10 @@ def test_oci_urls_parse_and_plain_http_stays_on_loopback(tmp_path: Path) -> None
     with pytest.raises(UsageError):
         config.add("web", "https://example.org", insecure=True)
     assert [r.kind for r in config.list()] == ["oci", "oci"]
+    back = config.add("far", "https://registry.example.org", replace=True)
+    assert (
+        back.kind == "kvreg" and not back.insecure and config.get("far").url == "https://registry.example.org"
+    )
 
 
 def test_basic_credentials_are_stored_private_and_never_shown(tmp_path: Path) -> None:

@@ -388,6 +388,8 @@ class RemoteConfig:
                         remote=name,
                     )
             entry = dict(current) if isinstance(current, dict) else {}
+            entry.pop("kind", None)  # a replaced OCI remote becomes a kvreg one
+            entry.pop("insecure", None)
             entry["url"] = remote.url
             if max_checkpoint_age is not None:
                 entry["max_checkpoint_age"] = max_checkpoint_age
