@@ -6,7 +6,8 @@ self-signed certificate made with ``cryptography``, the certificate in the JWT's
 ``x5c`` header) and a ``docker-registry`` whose ``auth: token:`` names that issuer
 as its realm and that certificate as its ``rootcertbundle``. Both stop when the
 test ends. The issuer grants every requested action to the right user and nothing
-to anyone else (an anonymous token has no access, as Docker Hub's does).
+to anyone else (an anonymous token has no access, as Docker Hub's does); a POST
+with the right identity token (``grant_type=refresh_token``) gets an ``access_token``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class TokenRegistry:
     url: str
     user: str
     password: str
+    identity: str = ""
     requests: list[dict[str, object]] = field(default_factory=list)
 
 
@@ -58,6 +60,7 @@ class _Issuer:
         self.user, self.password, self.key = user, password, key
         self.x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode("ascii")
         self.requests: list[dict[str, object]] = []
+        self.identity = uuid.uuid4().hex  # what `docker login` keeps as an identitytoken
         self.lock = threading.Lock()
 
     def sign(self, subject: str, scopes: list[str]) -> str:
@@ -126,6 +129,29 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:  # OAuth2: an identity (refresh) token for an access token
+            length = int(self.headers.get("Content-Length") or 0)
+            form = parse_qs(self.rfile.read(length).decode())
+            ok = form.get("grant_type") == ["refresh_token"] and form.get("refresh_token") == [
+                issuer.identity
+            ]
+            scopes = [s for value in form.get("scope", []) for s in value.split(" ") if s]
+            with issuer.lock:
+                issuer.requests.append(
+                    {"user": "identity" if ok else None, "scopes": scopes, "service": form.get("service")}
+                )
+            if not ok:
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.dumps({"access_token": issuer.sign(issuer.user, scopes)}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
     server = LoopbackServer(Handler)
     port = _free_port()
     data = tmp / "token-registry"
@@ -155,7 +181,7 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
             time.sleep(0.1)
         else:
             raise AssertionError("the token registry did not start")
-        reg = TokenRegistry(url, issuer.user, issuer.password)
+        reg = TokenRegistry(url, issuer.user, issuer.password, identity=issuer.identity)
         reg.requests = issuer.requests
         yield reg
     finally:

@@ -146,6 +146,8 @@ def test_push_pull_graft_byte_exact_and_second_push_sends_nothing(
 
     listed = kvreg(dst, "--json", "ls-remote", "hub", "ns").json
     assert [(r["ref"], r["digest"]) for r in listed["refs"]] == [("ns/p07", push["digest"])]
+    everywhere = kvreg(dst, "--json", "ls-remote", "hub").json  # the catalog, under the prefix
+    assert everywhere["namespaces"] == ["ns"] and everywhere["refs"] == listed["refs"]
     shown = kvreg(dst, "--json", "remote", "show", "hub").json
     assert shown["kind"] == "oci" and any("transparency log" in line for line in shown["limitations"])
 
@@ -501,6 +503,15 @@ def test_bearer_token_flow(
         login = kvreg(dst, "--json", "login", "hub", "-u", reg.user, "--password-stdin", stdin=reg.password)
         assert login.json["scheme"] == "bearer"
 
+        # An identity token (what `docker login` keeps for OAuth2 registries such as ACR).
+        other = _reader(tmp_path, "identity", reg.url, prefix, "ns", depositor["public_key"])
+        (config / "config.json").write_text(
+            json.dumps({"auths": {_host(reg.url): {"identitytoken": reg.identity}}})
+        )
+        reg.requests.clear()
+        assert kvreg(other, "--json", "pull", "hub", "ns/p07").json["digest"] == push["digest"]
+        assert reg.requests and all(r["user"] == "identity" for r in reg.requests)
+
 
 # --- kvreg ask: lazy pull and on-demand chunks from an OCI registry -------------------------------
 
@@ -575,3 +586,35 @@ def test_tag_lists_are_paginated_and_manifests_verified(
         monkeypatch.setattr(client, "url", lambda r, *parts: f"{reg['url']}/v2/{repo}/manifests/p07")
         with pytest.raises(DigestMismatchError):
             client.get_manifest(repo, wrong)
+
+
+def test_large_blobs_go_in_chunks_and_mounts_fall_back_to_uploads(tmp_path: Path) -> None:
+    """Above the threshold a blob is sent in PATCH pieces with Content-Range; a mount from a
+    repository that lacks the blob falls back to an upload in the location the registry opened."""
+    from kvreg.core.digest import Digest
+    from kvreg.remote.oci.client import OciClient
+    from kvreg.remote.remotes import parse_oci_url
+
+    reg = oci_open_registry()
+    data = os.urandom(10_000)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    digest = Digest.of_bytes(data)
+    location = parse_oci_url(f"oci://{_host(reg['url'])}/{_prefix()}", insecure=True)
+    sent: list[int] = []
+    with OciClient(location, chunk_threshold=4096) as client:
+        repo = client.repository("ns")
+        client.upload_blob(repo, digest, path, len(data), progress_cb=sent.append)
+        assert sum(sent) == len(data) and len(sent) >= 3  # three pieces: 4096 + 4096 + 1808
+        assert client.blob_size(repo, digest) == len(data)
+        got = client.get_object_to("ns", digest, tmp_path / "back")
+        assert got.digest == digest and (tmp_path / "back").read_bytes() == data
+        fresh = os.urandom(100)
+        (tmp_path / "fresh").write_bytes(fresh)
+        opened = client.mount_blob(client.repository("other"), Digest.of_bytes(fresh), repo)
+        assert opened is not None  # not there to mount: an upload location instead
+        client.upload_blob(
+            client.repository("other"), Digest.of_bytes(fresh), tmp_path / "fresh", 100, location=opened
+        )
+        assert client.blob_size(client.repository("other"), Digest.of_bytes(fresh)) == 100
+        assert client.mount_blob(client.repository("third"), digest, repo) is None  # mounted
