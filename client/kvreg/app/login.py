@@ -51,6 +51,11 @@ class LoginReport:
 def login(home: Home, name: str, read_token: Callable[[], str]) -> LoginReport:
     """Check the token ``read_token()`` gives with the remote ``name``'s registry, then store it."""
     remote = RemoteConfig(home).get(validate_remote_name(name))
+    if remote.is_oci:
+        raise UsageError(
+            f"remote {name!r} is an OCI registry: it takes a user name and a password or token",
+            hint=f'echo "$PASSWORD" | kvreg login {name} --username USER --password-stdin',
+        )
     value = validate_token(read_token())
     with RegistryClient(remote.url, value, remote_name=name, retries=2) as client:
         who = client.whoami()
