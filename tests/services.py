@@ -1,9 +1,9 @@
-"""The real services the tests use: PostgreSQL and an S3 store (SeaweedFS).
+"""The real services the tests use: PostgreSQL, an S3 store (SeaweedFS) and two OCI registries.
 
 ``scripts/services.sh start`` (``make services``; ``make test`` runs it first)
 starts both on loopback and writes their settings to ``.services/env``. The
 helpers here read those settings from the environment (``KVREG_TEST_PG_URL``,
-``KVREG_TEST_S3_*``), else from ``.services/env``. When neither has them, the
+``KVREG_TEST_S3_*``, ``KVREG_TEST_OCI_*``), else from ``.services/env``. When neither has them, the
 test FAILS with a message that says how to start the services: a suite that
 silently skips its database and S3 tests would pass without testing anything.
 
@@ -195,3 +195,25 @@ def fresh_bucket() -> Iterator[str]:
     finally:
         empty_bucket(client, name)
         client.delete_bucket(Bucket=name)
+
+
+def oci_registry() -> dict[str, str]:
+    """The OCI registry behind htpasswd basic auth: ``url``, ``user``, ``password``, ``root``
+    (its storage folder; blobs at ``<root>/docker/registry/v2/blobs/sha256/<2 hex>/<hex>/data``)."""
+    return {
+        "url": _setting("KVREG_TEST_OCI_URL"),
+        "user": _setting("KVREG_TEST_OCI_USER"),
+        "password": _setting("KVREG_TEST_OCI_PASSWORD"),
+        "root": _setting("KVREG_TEST_OCI_ROOT"),
+    }
+
+
+def oci_open_registry() -> dict[str, str]:
+    """The OCI registry without authentication: ``url`` and ``root``."""
+    return {"url": _setting("KVREG_TEST_OCI_OPEN_URL"), "root": _setting("KVREG_TEST_OCI_OPEN_ROOT")}
+
+
+def oci_blob_path(root: str, digest: str) -> Path:
+    """Where CNCF distribution's filesystem storage keeps blob ``digest``."""
+    hexdigest = digest.removeprefix("sha256:")
+    return Path(root) / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexdigest[:2] / hexdigest / "data"

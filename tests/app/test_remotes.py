@@ -131,3 +131,27 @@ def test_login_asks_for_the_token_only_for_a_known_remote_and_refuses_an_unknown
         with pytest.raises(UnauthenticatedError, match="whoami names no user"):
             login.login(home, "origin", lambda: TOKEN)
     assert not (home.root / "credentials.json").exists()
+
+
+def test_oci_remotes_are_shown_with_what_they_cannot_give(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker"))
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    added = remotes.add_remote(home, "hub", "oci://ghcr.io/acme/kv")
+    assert added.to_dict() == {"name": "hub", "url": "oci://ghcr.io/acme/kv", "kind": "oci"}
+    with pytest.raises(UsageError):
+        remotes.add_remote(home, "hub2", "oci://ghcr.io/acme/kv", log_key=_log_key())
+    with pytest.raises(UsageError):
+        remotes.add_remote(home, "hub3", "oci://ghcr.io/acme/kv", max_checkpoint_age="1h")
+    shown = remotes.show_remote(home, "hub")
+    assert shown.kind == "oci" and shown.credentials == "none (anonymous)"
+    text = " ".join(shown.limitations)
+    for missing in ("transparency log", "receipts", "block keys"):
+        assert missing in text
+    assert any("tags.json" in line for line in shown.recovered)
+    kvreg_remote = remotes.show_remote(home, remotes.add_remote(home, "origin", URL).name)
+    assert kvreg_remote.kind == "kvreg" and kvreg_remote.limitations == []
+    with pytest.raises(UsageError, match="OCI registry"):
+        login.login(home, "hub", lambda: TOKEN)  # a kvreg login needs a kvreg registry

@@ -60,9 +60,19 @@ class LoopbackServer:
 
 
 class StallingProxy:
-    def __init__(self, upstream: str, *, method: str, allow: int, fail_first: int = 0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        method: str,
+        allow: int,
+        fail_first: int = 0,
+        pattern: re.Pattern[str] = _OBJECT,
+    ) -> None:
         """Stall the transfer after ``allow`` ones; before that, answer the first ``fail_first``
-        transfers with ``503`` (a transient failure the client must retry)."""
+        transfers with ``503`` (a transient failure the client must retry). ``pattern``: the
+        paths that are transfers (default: kvreg objects; an OCI test passes blob paths)."""
+        self.pattern = pattern
         self.upstream = upstream
         self.method = method
         self.allow = allow
@@ -78,7 +88,7 @@ class StallingProxy:
         class Handler(QuietHandler):
             def _forward(self) -> None:
                 body = read_body(self)
-                is_transfer = self.command == proxy.method and _OBJECT.match(self.path) is not None
+                is_transfer = self.command == proxy.method and proxy.pattern.match(self.path) is not None
                 stall = False
                 if is_transfer:
                     with proxy._lock:

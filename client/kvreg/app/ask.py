@@ -4,7 +4,9 @@ This is what ``kvreg ask`` and the flywheel's exam call. One request runs:
 
 1. **Discover** (only with a :class:`RemoteSource`): the prompt's block keys
    (``kvreg.core.blockkey``, under the local engine's fingerprints and block size)
-   go to the registry's route endpoint — the tokens never leave the host. Each
+   go to the registry's route endpoint — the tokens never leave the host. An OCI
+   registry has no route endpoint: the candidates are the artifacts tagged in the
+   namespaces the request names (``--namespace``), and routing is local. Each
    useful candidate that is not in the local store yet is pulled *lazily*
    (``kvreg.remote.pulling.pull(lazy=True)``): its signature is checked against
    the local trust policy for its namespace and only the manifest and the tokens
@@ -52,14 +54,19 @@ from kvreg.app.prompts import Prompt, encode_prompt
 from kvreg.app.router import MODES as ROUTE_MODES
 from kvreg.app.router import route
 from kvreg.core.blockkey import block_keys
+from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, UsageError
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.auditlog import contact
+from kvreg.remote.oci.client import OciClient, connect_oci
+from kvreg.remote.oci.listing import list_refs
+from kvreg.remote.oci.pulling import pull as oci_pull
 from kvreg.remote.ondemand import ensure_objects, ensured, needed_for_graft
 from kvreg.remote.pulling import pull
-from kvreg.store import probes
+from kvreg.remote.remotes import RemoteConfig
+from kvreg.store import access_log, probes
 from kvreg.store.artifacts import Artifact, open_artifact
 from kvreg.store.home import Home
 
@@ -90,7 +97,7 @@ MAX_ROUTE_KEYS = 4096  # the registry's cap; a longer prompt is routed on its fi
 class RemoteSource:
     """A registry to discover and fetch from: an open client, and how to use it."""
 
-    client: RegistryClient
+    client: RegistryClient | OciClient  # an OCI registry routes nothing: see _discover_oci
     audit: RemoteLog | None = None  # with it, every lazy pull proves the registry's log entries
     namespaces: Sequence[str] | None = None  # route only within these (default: all readable)
     known_keys: Sequence[PublicKey] = ()
@@ -305,6 +312,8 @@ def _discover(
     policy: TrustPolicy,
 ) -> RemoteReport:
     """Ask the registry for candidates by block key and pull the useful new ones lazily."""
+    if isinstance(remote.client, OciClient):
+        return _discover_oci(home, remote.client, remote, policy)
     report = RemoteReport()
     block = lm.config.block_size
     keys = block_keys(lm.model_fp, lm.tokenizer_fp, lm.config.fingerprint, prompt, block)
@@ -356,6 +365,35 @@ def _discover(
     return report
 
 
+def _discover_oci(home: Home, client: OciClient, remote: RemoteSource, policy: TrustPolicy) -> RemoteReport:
+    """An OCI registry has no route endpoint: the candidates are the kvreg artifacts tagged in
+    the namespaces the request names (none named: none; routing is then local only). Those not
+    in the store yet are pulled lazily, verified as every OCI pull is."""
+    report = RemoteReport()
+    for ns in remote.namespaces or ():
+        try:
+            rows = list_refs(client, ns)
+        except KvregError as exc:
+            log.warning("ask: cannot list %s on the OCI registry: %s", ns, exc.message)
+            report.error = exc.to_dict()
+            continue
+        report.candidates += len(rows)
+        for row in rows:
+            if len(report.pulled) >= remote.max_pulls:
+                return report
+            ref = RefName.parse(row["ref"])
+            if home.objects.has(Digest(row["digest"])) and home.refs.get_or_none(ref) is not None:
+                continue
+            try:
+                pulled = oci_pull(home, client, ref, lazy=True, trust=policy, known_keys=remote.known_keys)
+            except KvregError as exc:
+                log.info("ask: not pulling %s: %s", ref, exc.message)
+                report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
+                continue
+            report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
+    return report
+
+
 def _restore_tokens(
     home: Home, c: RouteCandidate, remote: RemoteSource, policy: TrustPolicy, report: RemoteReport
 ) -> None:
@@ -377,14 +415,31 @@ def _restore_tokens(
         return
 
 
+def _source_namespace(home: Home, needed: Sequence[Digest], remote: str | None) -> str | None:
+    """The registry namespace a lazy pull from ``remote`` left one of ``needed`` in (the pull's
+    record, ``kvreg.store.access_log``): on an OCI registry, the repository to fetch from."""
+    if all(home.objects.has(d) for d in needed):
+        return None
+    records = access_log.read_access_log(home)
+    for d in needed:
+        record = records.get(d.hex)
+        deferred = None if record is None else record.deferred
+        if deferred is not None and deferred.remote == remote:
+            with contextlib.suppress(KvregError):
+                return RefName.parse(deferred.remote_ref).namespace
+    return None
+
+
 @contextlib.contextmanager
 def _objects_for(
     home: Home, artifact: Artifact, blocks: int, remote: RemoteSource, report: RemoteReport, probe: bool
 ) -> Iterator[None]:
     """Make the objects a graft of ``blocks`` chunks of ``artifact`` reads present, leased for the block."""
     manifest = artifact.manifest
-    namespace = artifact.ref.namespace if artifact.ref is not None else None
     needed = needed_for_graft(manifest, blocks, witness=not probe)
+    namespace = _source_namespace(home, needed, remote.client.remote_name)
+    if namespace is None and artifact.ref is not None:
+        namespace = artifact.ref.namespace
     if namespace is None:
         missing = [d for d in needed if not home.objects.has(d)]
         if missing:
@@ -464,6 +519,10 @@ def remote_source(home: Home, name: str | None, namespaces: Sequence[str]) -> It
         yield None
         return
     known = list(keyring.local_public_keys(home).values())
+    if RemoteConfig(home).get(name).is_oci:
+        with connect_oci(home, name) as oci:
+            yield RemoteSource(client=oci, namespaces=list(namespaces) or None, known_keys=known)
+        return
     with contact(home, name) as (client, audit):
         yield RemoteSource(client=client, audit=audit, namespaces=list(namespaces) or None, known_keys=known)
 

@@ -3,7 +3,8 @@
 Opens the remote (its audit-log checkpoint is verified and saved when the push
 succeeds, ``kvreg.remote.auditlog.contact``) and runs the transfer
 (``kvreg.remote.pushing.push``: only missing objects are sent, the remote ref
-moves by compare-and-swap). Returns the transfer's ``PushReport``. Nothing here
+moves by compare-and-swap); an OCI remote has no audit log and takes
+``kvreg.remote.oci.pushing.push``. Returns the transfer's ``PushReport``. Nothing here
 renders or prints.
 """
 
@@ -15,7 +16,10 @@ from kvreg.core.keys import PublicKey
 from kvreg.core.names import RefName
 from kvreg.remote import pushing
 from kvreg.remote.auditlog import contact
+from kvreg.remote.oci import pushing as oci_pushing
+from kvreg.remote.oci.client import connect_oci
 from kvreg.remote.progress import Progress
+from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.home import Home
 
 
@@ -31,7 +35,20 @@ def push_to_remote(
     known_keys: Iterable[PublicKey] = (),
 ) -> pushing.PushReport:
     """Push the local ``ref`` to ``remote`` (as ``remote_ref``, default the same name; ``tag``: as
-    an immutable tag). ``known_keys``: this store's own public keys, named in a refusal."""
+    an immutable tag). ``known_keys``: this store's own public keys, named in a refusal.
+    An OCI remote gets the artifact as an OCI artifact (``kvreg.remote.oci.pushing``)."""
+    if RemoteConfig(home).get(remote).is_oci:
+        with connect_oci(home, remote) as oci:
+            return oci_pushing.push(
+                home,
+                oci,
+                ref,
+                remote_ref=remote_ref,
+                tag=tag,
+                jobs=jobs,
+                progress=progress,
+                known_keys=known_keys,
+            )
     with contact(home, remote) as (client, audit):
         return pushing.push(
             home,

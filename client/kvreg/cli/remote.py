@@ -78,7 +78,14 @@ def _parse_ref(value: str, what: str) -> RefName:
 def remote_add(
     ctx: typer.Context,
     name: RemoteArg,
-    url: Annotated[str, typer.Argument(metavar="URL", help="The registry's address (http:// or https://).")],
+    url: Annotated[
+        str,
+        typer.Argument(
+            metavar="URL",
+            help="The registry's address: http(s)://... for a kvreg registry, "
+            "oci://HOST[:PORT]/REPOSITORY-PREFIX for an OCI registry.",
+        ),
+    ],
     replace: Annotated[
         bool,
         typer.Option(
@@ -103,6 +110,18 @@ def remote_add(
             "a registry that keeps serving an old state is caught (default 24h).",
         ),
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option("--insecure", help="OCI registry over plain HTTP (a loopback registry only)."),
+    ] = False,
+    force_insecure: Annotated[
+        bool,
+        typer.Option(
+            "--force-insecure",
+            help="OCI registry over plain HTTP even off loopback: credentials and artifacts cross the "
+            "network unprotected.",
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Add a registry under a short NAME (stored in $KVREG_HOME/config.json).
@@ -117,14 +136,31 @@ def remote_add(
       kvreg remote add origin https://registry.example.org
 
       kvreg remote add origin https://registry.example.org --replace --log-key 'kvreg-log-...+...+...'
+
+    An OCI registry (Docker's, Harbor, GHCR, ECR, GAR, ACR, Artifactory) keeps kvreg
+    artifacts as OCI artifacts in repositories PREFIX/NAMESPACE. It has no audit log
+    (no --log-key, no --max-checkpoint-age); kvreg remote show NAME says what else
+    differs:
+
+      kvreg remote add hub oci://ghcr.io/my-org/kv
+
+      kvreg remote add local oci://127.0.0.1:5000/kv --insecure
     """
     out = output.get(ctx, json_output)
     added = remotes.add_remote(
-        common.home(ctx), name, url, replace=replace, log_key=log_key, max_checkpoint_age=max_checkpoint_age
+        common.home(ctx),
+        name,
+        url,
+        replace=replace,
+        log_key=log_key,
+        max_checkpoint_age=max_checkpoint_age,
+        insecure=insecure,
+        force_insecure=force_insecure,
     )
 
     def render(console: Console) -> None:
-        console.print(f"remote [bold]{escape(added.name)}[/bold] -> {escape(added.url)}")
+        kind = " (OCI registry)" if added.kind == "oci" else ""
+        console.print(f"remote [bold]{escape(added.name)}[/bold] -> {escape(added.url)}{kind}")
         if added.forgot_pinned_log:
             console.print("forgot the audit-log key and checkpoint pinned for it")
         if added.log_key is not None:
@@ -152,6 +188,34 @@ def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
     out.result({"remotes": rows}, render)
 
 
+def remote_show(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
+    """Show a remote: its address, where its credentials come from and, for an OCI registry,
+    what it cannot give (transparency log, receipts, routing) and what the client recovers."""
+    out = output.get(ctx, json_output)
+    shown = remotes.show_remote(common.home(ctx), name)
+
+    def render(console: Console) -> None:
+        kind = "OCI registry" if shown.kind == "oci" else "kvreg registry"
+        console.print(f"[bold]{escape(shown.name)}[/bold]: {escape(shown.url)} ({kind})")
+        if shown.insecure:
+            console.print("plain HTTP (--insecure)")
+        console.print(f"credentials: {escape(shown.credentials)}")
+        if shown.log_key is not None:
+            console.print(f"audit-log key pinned: {escape(shown.log_key)}")
+        if shown.max_checkpoint_age is not None and shown.kind != "oci":
+            console.print(f"checkpoints older than {shown.max_checkpoint_age} s are refused (0: never)")
+        if shown.limitations:
+            console.print("what an OCI registry cannot give:")
+            for line in shown.limitations:
+                console.print(f"  - {escape(line)}")
+        if shown.recovered:
+            console.print("what the client does instead:")
+            for line in shown.recovered:
+                console.print(f"  - {escape(line)}")
+
+    out.result(shown.to_dict(), render)
+
+
 def remote_remove(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
     """Remove a remote (and its stored token, pinned audit-log key and checkpoint)."""
     out = output.get(ctx, json_output)
@@ -165,7 +229,7 @@ def remote_remove(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = Fa
 # --- login / logout --------------------------------------------------------------------------
 
 
-def _read_token(token: str | None, token_stdin: bool) -> str:
+def _read_token(token: str | None, token_stdin: bool, prompt: str = "Token") -> str:
     if token is not None and token_stdin:
         raise UsageError("give the token either with --token or with --token-stdin, not both")
     if token_stdin:
@@ -173,7 +237,7 @@ def _read_token(token: str | None, token_stdin: bool) -> str:
     if token is not None:
         return token
     if sys.stdin.isatty():
-        return str(typer.prompt("Token", hide_input=True, err=True))
+        return str(typer.prompt(prompt, hide_input=True, err=True))
     raise UsageError(
         "no token given",
         hint="pass --token TOKEN, or pipe it in with --token-stdin (keeps it out of the shell history)",
@@ -187,6 +251,13 @@ def login(
         str | None, typer.Option("--token", metavar="TOKEN", help="The API token (kvreg_...).")
     ] = None,
     token_stdin: Annotated[bool, typer.Option("--token-stdin", help="Read the token from stdin.")] = False,
+    username: Annotated[
+        str | None,
+        typer.Option("--username", "-u", metavar="USER", help="OCI registries: the user name."),
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="OCI registries: read the password or token from stdin.")
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Store a token for the remote NAME after checking it with the registry.
@@ -200,14 +271,40 @@ def login(
       kvreg login origin --token kvreg_XXXX
 
       echo "$TOKEN" | kvreg login origin --token-stdin
+
+    An OCI remote takes a user name and a password or token (as docker login does),
+    checked with the registry and stored the same way. Without kvreg login, kvreg
+    uses the credentials of docker login / podman login ($DOCKER_CONFIG/config.json
+    or ~/.docker/config.json with credential helpers, $REGISTRY_AUTH_FILE,
+    $XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json):
+
+      echo "$PASSWORD" | kvreg login hub --username me --password-stdin
     """
     out = output.get(ctx, json_output)
-    report = login_case.login(common.home(ctx), name, lambda: _read_token(token, token_stdin))
+    home = common.home(ctx)
+    if login_case.is_oci_remote(home, name):
+        if username is None:
+            raise UsageError(
+                f"remote {name!r} is an OCI registry: give a user name",
+                hint=f'echo "$PASSWORD" | kvreg login {name} --username USER --password-stdin',
+            )
+        report = login_case.login_oci(
+            home, name, username, lambda: _read_token(token, token_stdin or password_stdin, "Password")
+        )
+    else:
+        if username is not None or password_stdin:
+            raise UsageError(
+                f"remote {name!r} is a kvreg registry: it takes a token, not a user name and password",
+                hint=f"kvreg login {name} --token TOKEN",
+            )
+        report = login_case.login(home, name, lambda: _read_token(token, token_stdin))
 
     def render(console: Console) -> None:
         console.print(
             f"logged in to {escape(name)} ({escape(report.url)}) as [bold]{escape(str(report.user))}[/bold]"
         )
+        if report.scheme is not None:
+            console.print(f"the registry authenticates with: {escape(report.scheme)}")
         if report.admin:
             console.print("server admin: every role in every namespace")
         for ns, role in sorted(report.roles.items()):
@@ -256,6 +353,11 @@ def push(
       kvreg push origin aime25/p07
 
       kvreg push origin aime25/p07 --as aime25/p07-v1 --tag
+
+    To an OCI remote the artifact goes to repository PREFIX/NS, tag NAME: only the
+    blobs the registry lacks are sent (mounted from another repository when kvreg
+    knows one holds them), the signature follows as an OCI referrer, the tag moves
+    last; --tag marks it immutable (kvreg refuses to move it).
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -275,6 +377,10 @@ def push(
             f"{report.objects_sent} of {report.objects_total} objects sent "
             f"({human_size(report.bytes_sent)}), ref {what}"
         )
+        if report.objects_mounted:
+            console.print(f"{report.objects_mounted} blob(s) mounted from another repository (no bytes sent)")
+        if report.oci is not None:
+            console.print(f"OCI manifest {report.oci['repository']}@{report.oci['manifest']}")
         console.print(f"manifest {report.digest}")
         line = audit_line(report.audit)
         if line:
@@ -322,6 +428,14 @@ def pull(
     pin: Annotated[
         bool, typer.Option("--pin", help="Pin the local ref: eviction never removes what it reaches.")
     ] = False,
+    allow_rollback: Annotated[
+        bool,
+        typer.Option(
+            "--allow-rollback",
+            help="OCI remotes: accept a tag moved back to an artifact seen and replaced before, or older "
+            "than the newest seen (refused otherwise, exit 3).",
+        ),
+    ] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Pull an artifact from the remote NAME: verify its signature, fetch what is missing, set the ref.
@@ -340,6 +454,12 @@ def pull(
       kvreg pull origin aime25/p07 --as mine/p07 -j 8
 
       kvreg pull origin aime25/p07 --lazy
+
+    From an OCI remote the same checks run (the signature, found as an OCI referrer,
+    against the local trust policy before any chunk; every blob against its digest;
+    the OCI layers against the signed manifest). With no audit log to prove the
+    tag's history, kvreg keeps its own record of the tags it has seen and refuses a
+    tag moved back (exit 3) unless --allow-rollback.
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
@@ -357,6 +477,7 @@ def pull(
             known_keys=known,
             lazy=lazy,
             pin=pin,
+            allow_rollback=allow_rollback,
         )
     data = report.to_dict()
 
@@ -381,6 +502,8 @@ def pull(
                 f"evicted {len(ev['evicted'])} other object(s) ({human_size(ev['bytes_freed'])}) "
                 "to stay under store.max-bytes"
             )
+        for warning in report.warnings:
+            console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         console.print(f"manifest {report.digest}, signed by {report.signer or '?'}")
         line = audit_line(report.audit)
         if line:
@@ -401,7 +524,7 @@ def ls_remote(
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """List the refs of the remote NAME.
+    """List the refs of the remote NAME (of an OCI remote: the tags that hold kvreg artifacts).
 
     Examples:
 
@@ -437,6 +560,7 @@ def register(app: typer.Typer) -> None:
     )
     group.command("add")(remote_add)
     group.command("list")(remote_list)
+    group.command("show")(remote_show)
     group.command("remove")(remote_remove)
     app.add_typer(group, name="remote")
     app.command("login")(login)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvreg.core.errors import UsageError
 from kvreg.remote.api.log import LogApi
 from kvreg.remote.api.objects import ObjectsApi
 from kvreg.remote.api.receipts import ReceiptsApi
@@ -64,6 +65,13 @@ def connect(home: Home, name: str, **client_options: Any) -> RegistryClient:
     The caller closes the client (it is a context manager).
     """
     remote = RemoteConfig(home).get(name)
+    if remote.is_oci:
+        raise UsageError(
+            f"remote {name!r} is an OCI registry ({remote.url}): this command needs a kvreg registry",
+            hint="push, pull, ls-remote, login and remote show work with OCI remotes; "
+            "audit logs, receipts and routing need a kvreg registry",
+            remote=name,
+        )
     auth = Credentials(home).auth_for(name)
     return RegistryClient(
         remote.url, None if auth is None else auth.token, remote_name=name, **client_options

@@ -29,10 +29,9 @@ from typing import Any
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, UsageError
 from kvreg.core.manifest import Manifest
-from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.remote.pulling import known_sizes
-from kvreg.remote.staging import Staging
+from kvreg.remote.staging import ObjectSource, Staging
 from kvreg.store import access_log, eviction, leases
 from kvreg.store.home import Home
 
@@ -75,7 +74,7 @@ def needed_for_graft(manifest: Manifest, blocks: int, *, witness: bool = False) 
 @contextlib.contextmanager
 def ensured(
     home: Home,
-    client: RegistryClient,
+    client: ObjectSource,
     namespace: str,
     manifest: Manifest,
     digests: Iterable[Digest],
@@ -138,7 +137,7 @@ def ensured(
 
 def ensure_objects(
     home: Home,
-    client: RegistryClient,
+    client: ObjectSource,
     namespace: str,
     manifest: Manifest,
     digests: Iterable[Digest],

@@ -51,7 +51,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kvreg.core.digest import Digest
@@ -73,21 +73,31 @@ from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
-from kvreg.remote.staging import Staging
+from kvreg.remote.staging import ObjectSource, Staging
 from kvreg.store import access_log, eviction, leases, pins
 from kvreg.store.home import Home
 from kvreg.store.router_index import index_artifact
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PullReport", "known_sizes", "pull"]
+__all__ = [
+    "Installed",
+    "PullReport",
+    "check_local_ref",
+    "fetch_and_install",
+    "known_sizes",
+    "pull",
+    "signer_of",
+]
 
 
 @dataclass(frozen=True)
 class PullReport:
     """What a pull did. ``objects_staged``: found complete in the staging folder of an earlier try;
     ``objects_deferred``: left on the registry by a lazy pull; ``eviction``: what bringing the
-    store back under ``store.max-bytes`` did (``EvictReport.to_dict()``; None without a budget)."""
+    store back under ``store.max-bytes`` did (``EvictReport.to_dict()``; None without a budget);
+    ``warnings``: what the user overrode (an OCI pull's ``--allow-rollback``); ``oci``: the
+    repository, tag and manifest digest an OCI pull read."""
 
     remote: str | None
     ref: str
@@ -108,6 +118,8 @@ class PullReport:
     objects_deferred: int = 0
     pinned: bool = False
     eviction: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    oci: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,7 +186,7 @@ def pull(
             ref=str(ref),
         )
     digest = remote.digest
-    _check_local_ref(home, dest, digest)
+    check_local_ref(home, dest, digest)
 
     envelope_bytes, envelope_index = client.get_envelope_logged(ns, digest)
     envelope = Envelope.from_json_bytes(envelope_bytes)
@@ -192,7 +204,7 @@ def pull(
         log.debug("cannot list the registry's keys of %s: %s", ns, e.message)
         registry_keys = []
     manifest = verify_envelope(envelope, policy, dest.namespace, known_keys=[*known_keys, *registry_keys])
-    signer = _signer(envelope, policy.keys_for(dest.namespace))
+    signer = signer_of(envelope, policy.keys_for(dest.namespace))
     audit_report = None
     if audit is not None:
         audit_report = audit.prove(
@@ -202,53 +214,28 @@ def pull(
             ]
         )
 
-    digests = manifest.object_digests()
-    absent = [d for d in digests if not home.objects.has(d)]
-    deferred: list[Digest] = []
-    if lazy:  # only the tokens (the router and the token check before a graft read them)
-        deferred = [d for d in absent if d != manifest.tokens.digest]
-        absent = [d for d in absent if d == manifest.tokens.digest]
     sizes = known_sizes(manifest)
     cap: int | None = None
-    if absent:  # objects whose size the manifest does not state are capped by the registry's limit
-        cap = client.limit("max_object_bytes", 0) or None
-    stop = threading.Event()
-    counter = Counter(progress, stop)
-
-    with contextlib.ExitStack() as held, Staging(home, digest) as staging:
-        try:
-            staged_before = sum(1 for d in absent if staging.has(d))
-            progress.start(_progress_total(manifest, sizes, absent), len(absent))
-
-            def fetch(d: Digest) -> None:
-                if stop.is_set():
-                    raise Cancelled
-                staging.fetch(client, ns, d, size=sizes.get(d), cap=cap, counter=counter)
-
-            run_parallel(absent, fetch, jobs, stop)
-            crash_point("client.pull.after_fetch")
-            # Verified; from here to the end the artifact is leased (eviction leaves it alone).
-            # Not before: a refused download leaves no trace in the store, not even a lease.
-            held.enter_context(leases.lease(home, [digest, *digests]))
-            staging.install(absent)
-            crash_point("client.pull.after_objects")
-            home.objects.put_bytes(envelope.payload, expected=digest)
-            crash_point("client.pull.after_manifest")
-            home.envelopes.put(digest, envelope_bytes)
-        except DigestMismatchError:
-            staging.discard()
-            raise
-        staging.discard()  # everything is in the store now
-        if deferred:  # before the ref: fsck never sees them as merely missing
-            access_log.record_deferred(
-                home, deferred, remote=client.remote_name, remote_ref=str(ref), local_ref=str(dest)
-            )
-        crash_point("client.pull.before_ref")
-        old, changed = _set_local_ref(home, dest, digest, tag=remote.tag)
-        if pin:
-            pins.pin(home, str(dest))
-        evicted = eviction.evict_if_over_budget(home)  # never this artifact: it is leased
-    index_artifact(home, manifest)  # for the router; best effort (kvreg.store.router_index)
+    if not lazy and any(not home.objects.has(d) and d not in sizes for d in manifest.object_digests()):
+        cap = client.limit("max_object_bytes", 0) or None  # for objects whose size is not stated
+    done = fetch_and_install(
+        home,
+        client,
+        ns,
+        manifest,
+        envelope_bytes,
+        dest,
+        tag=remote.tag,
+        jobs=jobs,
+        progress=progress,
+        lazy=lazy,
+        pin=pin,
+        remote_ref=str(ref),
+        sizes=sizes,
+        cap=cap,
+    )
+    deferred = done.deferred
+    digests = manifest.object_digests()
 
     log.info(
         "pulled %s as %s (%s)%s", ref, dest, digest, f", {len(deferred)} objects deferred" if lazy else ""
@@ -261,22 +248,117 @@ def pull(
         tag=remote.tag,
         signer=signer,
         objects_total=len(digests),
-        objects_local=len(digests) - len(absent),
-        objects_staged=staged_before,
-        objects_downloaded=counter.objects,
-        bytes_downloaded=counter.bytes,
-        old=None if old is None else str(old),
+        objects_local=done.objects_local,
+        objects_staged=done.objects_staged,
+        objects_downloaded=done.objects_downloaded,
+        bytes_downloaded=done.bytes_downloaded,
+        old=None if done.old is None else str(done.old),
         new=str(digest),
-        ref_changed=changed,
+        ref_changed=done.changed,
         audit=audit_report,
         lazy=lazy,
         objects_deferred=len(deferred),
         pinned=pin,
+        eviction=done.eviction,
+    )
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What :func:`fetch_and_install` did: objects found in the store, found staged by an earlier
+    try, downloaded now (and their bytes), left on the registry (``deferred``), the local
+    ref's old value and whether it changed, and what eviction did (None: no budget)."""
+
+    objects_local: int
+    objects_staged: int
+    objects_downloaded: int
+    bytes_downloaded: int
+    deferred: list[Digest]
+    old: Digest | None
+    changed: bool
+    eviction: dict[str, Any] | None
+
+
+def fetch_and_install(
+    home: Home,
+    client: ObjectSource,
+    namespace: str,
+    manifest: Manifest,
+    envelope_bytes: bytes,
+    dest: RefName,
+    *,
+    tag: bool,
+    jobs: int,
+    progress: Progress,
+    lazy: bool,
+    pin: bool,
+    remote_ref: str,
+    sizes: dict[Digest, int],
+    cap: int | None,
+) -> Installed:
+    """The second half of every pull, from a kvreg or an OCI registry, once the signature of
+    ``manifest`` verified: download the absent objects of namespace ``namespace`` into the
+    staging folder (each hashed while it streams; ``sizes`` bound each, else ``cap``), then
+    install objects, manifest, envelope, the lazy pull's deferred record and, last, the
+    local ref ``dest`` (``tag``: as a tag); pin it with ``pin``; evict over budget. A digest
+    mismatch discards the staging folder and raises: nothing is written to the store."""
+    digest = manifest.digest
+    digests = manifest.object_digests()
+    absent = [d for d in digests if not home.objects.has(d)]
+    deferred: list[Digest] = []
+    if lazy:  # only the tokens (the router and the token check before a graft read them)
+        deferred = [d for d in absent if d != manifest.tokens.digest]
+        absent = [d for d in absent if d == manifest.tokens.digest]
+    stop = threading.Event()
+    counter = Counter(progress, stop)
+
+    with contextlib.ExitStack() as held, Staging(home, digest) as staging:
+        try:
+            staged_before = sum(1 for d in absent if staging.has(d))
+            progress.start(_progress_total(manifest, sizes, absent), len(absent))
+
+            def fetch(d: Digest) -> None:
+                if stop.is_set():
+                    raise Cancelled
+                staging.fetch(client, namespace, d, size=sizes.get(d), cap=cap, counter=counter)
+
+            run_parallel(absent, fetch, jobs, stop)
+            crash_point("client.pull.after_fetch")
+            # Verified; from here to the end the artifact is leased (eviction leaves it alone).
+            # Not before: a refused download leaves no trace in the store, not even a lease.
+            held.enter_context(leases.lease(home, [digest, *digests]))
+            staging.install(absent)
+            crash_point("client.pull.after_objects")
+            home.objects.put_bytes(manifest.raw_bytes, expected=digest)
+            crash_point("client.pull.after_manifest")
+            home.envelopes.put(digest, envelope_bytes)
+        except DigestMismatchError:
+            staging.discard()
+            raise
+        staging.discard()  # everything is in the store now
+        if deferred:  # before the ref: fsck never sees them as merely missing
+            access_log.record_deferred(
+                home, deferred, remote=client.remote_name, remote_ref=remote_ref, local_ref=str(dest)
+            )
+        crash_point("client.pull.before_ref")
+        old, changed = _set_local_ref(home, dest, digest, tag=tag)
+        if pin:
+            pins.pin(home, str(dest))
+        evicted = eviction.evict_if_over_budget(home)  # never this artifact: it is leased
+    index_artifact(home, manifest)  # for the router; best effort (kvreg.store.router_index)
+    return Installed(
+        objects_local=len(digests) - len(absent),
+        objects_staged=staged_before,
+        objects_downloaded=counter.objects,
+        bytes_downloaded=counter.bytes,
+        deferred=deferred,
+        old=old,
+        changed=changed,
         eviction=None if evicted is None else evicted.to_dict(),
     )
 
 
-def _signer(envelope: Envelope, trusted: list[PublicKey]) -> str | None:
+def signer_of(envelope: Envelope, trusted: list[PublicKey]) -> str | None:
     """The key id of the trusted key whose signature verified (for the report)."""
     message = pae(envelope.payload_type, envelope.payload)
     for s in envelope.signatures:
@@ -287,7 +369,7 @@ def _signer(envelope: Envelope, trusted: list[PublicKey]) -> str | None:
     return None
 
 
-def _check_local_ref(home: Home, dest: RefName, digest: Digest) -> None:
+def check_local_ref(home: Home, dest: RefName, digest: Digest) -> None:
     entry = home.refs.entry(dest)
     if entry is not None and entry.tag and entry.digest != digest:
         raise TagImmutableError(
@@ -300,7 +382,7 @@ def _check_local_ref(home: Home, dest: RefName, digest: Digest) -> None:
 
 def _set_local_ref(home: Home, dest: RefName, digest: Digest, *, tag: bool) -> tuple[Digest | None, bool]:
     """Point ``dest`` at ``digest`` by compare-and-swap; return ``(old value, changed)``."""
-    _check_local_ref(home, dest, digest)
+    check_local_ref(home, dest, digest)
     entry = home.refs.entry(dest)
     old = None if entry is None else entry.digest
     if entry is not None and entry.digest == digest and (entry.tag or not tag):

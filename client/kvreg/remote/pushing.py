@@ -59,12 +59,14 @@ from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PushReport", "push"]
+__all__ = ["PushReport", "local_size", "push"]
 
 
 @dataclass(frozen=True)
 class PushReport:
-    """What a push did. ``old``/``new``: the remote ref before and after (``old`` None: created)."""
+    """What a push did. ``old``/``new``: the remote ref before and after (``old`` None: created).
+    ``objects_mounted``: blobs an OCI registry mounted from another repository (no bytes sent);
+    ``oci``: where an OCI push put the artifact (repository, tag, manifest and signature digests)."""
 
     remote: str | None
     ref: str
@@ -81,6 +83,8 @@ class PushReport:
     new: str
     ref_changed: bool
     audit: dict[str, Any] | None = None
+    objects_mounted: int = 0
+    oci: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,7 +118,7 @@ def push(
     digest = artifact.digest
     envelope_bytes = home.envelopes.get(digest)
     digests = artifact.manifest.object_digests()
-    sizes = {d: _local_size(home, d, ref) for d in digests}
+    sizes = {d: local_size(home, d, ref) for d in digests}
 
     if audit is not None:
         audit.check()
@@ -223,7 +227,7 @@ def push(
     )
 
 
-def _local_size(home: Home, digest: Digest, ref: RefName) -> int:
+def local_size(home: Home, digest: Digest, ref: RefName) -> int:
     try:
         return home.objects.size(digest)
     except ObjectNotFoundError as e:

@@ -29,12 +29,22 @@ Remote names are ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}`` (no ``..``; ``kvreg.core.re
 may name the server root or its API root (``.../api/v1``); both are stored as the
 server root.
 
+**OCI remotes.** A remote may be an OCI registry (Docker's, Harbor, GHCR, ECR,
+CNCF distribution...): its URL is ``oci://HOST[:PORT]/REPOSITORY-PREFIX`` and its
+entry says ``"kind": "oci"`` (``"insecure": true`` for plain HTTP, which
+:meth:`RemoteConfig.add` allows for a loopback host only, unless forced).
+:func:`parse_oci_url` reads such a URL. Its credentials in ``credentials.json`` are
+a user name and a password or token (``{NAME: {"username": U, "password": P}}``,
+:meth:`Credentials.set_basic`); ``kvreg.remote.oci.dockerconfig`` also reads the
+files of Docker and Podman.
+
 This module does not talk to registries: ``kvreg.remote.http`` does, and its
 :func:`~kvreg.remote.http.connect` builds a client for a named remote from what is stored here.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -54,13 +64,18 @@ log = logging.getLogger(__name__)
 __all__ = [
     "CREDENTIALS_NAME",
     "DEFAULT_MAX_CHECKPOINT_AGE",
+    "KIND_KVREG",
+    "KIND_OCI",
     "TOKEN_ENV_VAR",
+    "BasicCredentials",
     "Credentials",
+    "OciLocation",
     "Remote",
     "RemoteAuth",
     "RemoteConfig",
     "normalize_url",
     "parse_age",
+    "parse_oci_url",
     "validate_token",
 ]
 
@@ -74,6 +89,11 @@ MAX_CHECKPOINT_AGE_LIMIT = 10 * 365 * 24 * 3600  # ten years: any larger value i
 _AGE_RE = re.compile(r"([0-9]{1,12})([smhd]?)", re.ASCII)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _CONFIG_MODE = 0o644
+KIND_KVREG = "kvreg"
+KIND_OCI = "oci"
+OCI_SCHEME = "oci://"
+_OCI_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*", re.ASCII)
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]", re.ASCII)
 _CREDENTIALS_MODE = 0o600
 
 
@@ -119,6 +139,58 @@ def normalize_url(url: str) -> str:
     return urlunsplit((scheme, netloc, path, "", ""))
 
 
+@dataclass(frozen=True, slots=True)
+class OciLocation:
+    """Where an OCI remote is: ``host`` (with ``:port`` if given), the repository ``prefix``
+    (``""``: namespaces are top-level repositories) and whether it speaks plain HTTP."""
+
+    host: str
+    prefix: str
+    insecure: bool = False
+
+    @property
+    def base_url(self) -> str:
+        """The registry's root (``https://host[:port]``; ``http://`` when insecure)."""
+        return f"{'http' if self.insecure else 'https'}://{self.host}"
+
+    @property
+    def hostname(self) -> str:
+        """The host without its port (brackets kept off an IPv6 literal)."""
+        return urlsplit(f"//{self.host}").hostname or self.host
+
+    @property
+    def url(self) -> str:
+        return f"{OCI_SCHEME}{self.host}" + (f"/{self.prefix}" if self.prefix else "")
+
+
+def parse_oci_url(url: str, *, insecure: bool = False) -> OciLocation:
+    """``oci://HOST[:PORT][/PREFIX]`` as an :class:`OciLocation`; ``ConfigError`` if malformed."""
+    hint = "give the registry as oci://HOST[:PORT]/REPOSITORY-PREFIX, e.g. oci://ghcr.io/my-org/kv"
+    text = url.strip() if isinstance(url, str) else ""
+    if not text.lower().startswith(OCI_SCHEME):
+        raise ConfigError(f"OCI remote URL {url!r} must start with {OCI_SCHEME}", hint=hint)
+    rest = text[len(OCI_SCHEME) :].rstrip("/")
+    host, _, prefix = rest.partition("/")
+    try:
+        parts = urlsplit(f"//{host}")
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"invalid OCI remote URL {url!r}: {e}", hint=hint) from e
+    if not host or "@" in host or _HOST.fullmatch(host.rsplit(":", 1)[0] if port else host) is None:
+        raise ConfigError(f"OCI remote URL {url!r} has no valid host", hint=hint)
+    if any(c in prefix for c in "?#@ ") or any(
+        _OCI_COMPONENT.fullmatch(p) is None for p in prefix.split("/") if prefix
+    ):
+        raise ConfigError(
+            f"OCI remote URL {url!r}: the repository prefix {prefix!r} is not a valid OCI repository path",
+            hint="components are lowercase letters and digits, joined by '.', '_', '__' or dashes",
+        )
+    name = (parts.hostname or host).lower()
+    if ":" in name:
+        name = f"[{name}]"
+    return OciLocation(name if port is None else f"{name}:{port}", prefix, insecure)
+
+
 def validate_token(token: str) -> str:
     """Return ``token`` stripped of surrounding whitespace if it can be sent as a bearer token.
 
@@ -162,10 +234,37 @@ class Remote:
     name: str
     url: str
     max_checkpoint_age: int = DEFAULT_MAX_CHECKPOINT_AGE
+    kind: str = KIND_KVREG
+    insecure: bool = False
 
     @property
     def api_url(self) -> str:
         return self.url + API_PREFIX
+
+    @property
+    def is_oci(self) -> bool:
+        return self.kind == KIND_OCI
+
+    @property
+    def oci(self) -> OciLocation:
+        """Where an OCI remote is (``UsageError`` for a kvreg remote)."""
+        if not self.is_oci:
+            raise UsageError(f"remote {self.name!r} is a kvreg registry, not an OCI registry")
+        return parse_oci_url(self.url, insecure=self.insecure)
+
+
+@dataclass(frozen=True, slots=True)
+class BasicCredentials:
+    """A user name and a password (or a registry token used as one), or an identity token
+    (``username`` None) that an OCI token service exchanges for access tokens; ``source``
+    says where they came from. Shown as ``***`` in ``repr``."""
+
+    username: str | None
+    password: str
+    source: str
+
+    def __repr__(self) -> str:
+        return f"BasicCredentials(username={self.username!r}, password='***', source={self.source!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +313,9 @@ class RemoteConfig:
                 f"config {self.path}: remotes.{name}.max_checkpoint_age must be a number of seconds",
                 hint=f"set it again: kvreg remote add {name} URL --replace --max-checkpoint-age 24h",
             )
+        if entry.get("kind", KIND_KVREG) == KIND_OCI or entry["url"].lower().startswith(OCI_SCHEME):
+            insecure = entry.get("insecure", False) is True
+            return Remote(name, parse_oci_url(entry["url"]).url, 0, KIND_OCI, insecure)
         return Remote(name, normalize_url(entry["url"]), age)
 
     def list(self) -> list[Remote]:
@@ -235,15 +337,41 @@ class RemoteConfig:
         return self._parse(name, remotes[name])
 
     def add(
-        self, name: str, url: str, *, replace: bool = False, max_checkpoint_age: int | None = None
+        self,
+        name: str,
+        url: str,
+        *,
+        replace: bool = False,
+        max_checkpoint_age: int | None = None,
+        insecure: bool = False,
+        force_insecure: bool = False,
     ) -> Remote:
         """Add (with ``replace``: change) a remote; ``AlreadyExistsError`` if it exists with another URL.
 
         ``max_checkpoint_age`` (seconds, 0: off) is stored when given; None keeps the stored
-        value (a new remote: the default)."""
+        value (a new remote: the default). An ``oci://`` URL adds an OCI remote;
+        ``insecure`` (plain HTTP) is refused for a host that is not loopback unless
+        ``force_insecure``."""
         validate_remote_name(name)
         if max_checkpoint_age is not None and not 0 <= max_checkpoint_age <= MAX_CHECKPOINT_AGE_LIMIT:
             raise UsageError(f"invalid maximum checkpoint age {max_checkpoint_age!r}")
+        oci = url.strip().lower().startswith(OCI_SCHEME) if isinstance(url, str) else False
+        if (insecure or force_insecure) and not oci:
+            raise UsageError(
+                "--insecure is for oci:// remotes; a kvreg registry's URL says http:// or https:// itself"
+            )
+        if oci:
+            location = parse_oci_url(url, insecure=insecure or force_insecure)
+            if location.insecure and not force_insecure and not _loopback(location.hostname):
+                raise UsageError(
+                    f"refusing plain HTTP to {location.host}: credentials and artifacts would cross the "
+                    "network unprotected",
+                    hint="use HTTPS (drop --insecure); only a loopback registry may be plain HTTP, "
+                    "unless you add --force-insecure",
+                )
+            if max_checkpoint_age is not None:
+                raise UsageError("an OCI registry has no audit log: --max-checkpoint-age does not apply")
+            return self._add_oci(name, location, replace=replace)
         remote = Remote(name, normalize_url(url))
         with jsonfile.locked(self.home, "config"):
             doc = jsonfile.read_object(self.path, "config")
@@ -260,6 +388,8 @@ class RemoteConfig:
                         remote=name,
                     )
             entry = dict(current) if isinstance(current, dict) else {}
+            entry.pop("kind", None)  # a replaced OCI remote becomes a kvreg one
+            entry.pop("insecure", None)
             entry["url"] = remote.url
             if max_checkpoint_age is not None:
                 entry["max_checkpoint_age"] = max_checkpoint_age
@@ -269,6 +399,27 @@ class RemoteConfig:
             remote = self._parse(name, entry)
         log.info("remote %s -> %s", name, remote.url)
         return remote
+
+    def _add_oci(self, name: str, location: OciLocation, *, replace: bool) -> Remote:
+        with jsonfile.locked(self.home, "config"):
+            doc = jsonfile.read_object(self.path, "config")
+            remotes = self._remotes(doc)
+            current = remotes.get(name)
+            entry = {"url": location.url, "kind": KIND_OCI, "insecure": location.insecure}
+            if current is not None and not replace:
+                if current == entry:
+                    return self._parse(name, current)
+                existing = current.get("url") if isinstance(current, dict) else None
+                raise AlreadyExistsError(
+                    f"remote {name!r} exists already (url {existing})",
+                    hint=f"remove it first (kvreg remote remove {name}) or pick another name",
+                    remote=name,
+                )
+            remotes[name] = entry
+            doc["remotes"] = remotes
+            jsonfile.write_object(self.path, doc, mode=_CONFIG_MODE, what="config")
+        log.info("remote %s -> %s (OCI)", name, location.url)
+        return self._parse(name, entry)
 
     def remove(self, name: str) -> Remote:
         """Remove a remote (``NotFoundError`` if unknown); its stored token goes too."""
@@ -284,6 +435,15 @@ class RemoteConfig:
         Credentials(self.home).remove(name)
         log.info("removed remote %s", name)
         return remote
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class Credentials:
@@ -320,7 +480,7 @@ class Credentials:
         """The token saved for ``name`` by ``kvreg login``, or None."""
         validate_remote_name(name)
         entry = self._load().get(name)
-        if entry is None:
+        if entry is None or (isinstance(entry, dict) and "username" in entry and "token" not in entry):
             return None
         token = entry.get("token") if isinstance(entry, dict) else None
         if not isinstance(token, str) or not token:
@@ -340,6 +500,34 @@ class Credentials:
                 raise ConfigError(f"${TOKEN_ENV_VAR}: {e.message}", hint=e.hint) from e
         token = self.stored_token(name)
         return None if token is None else RemoteAuth(token, "credentials")
+
+    def stored_basic(self, name: str) -> BasicCredentials | None:
+        """The user name and password saved for the OCI remote ``name`` by ``kvreg login``, or None."""
+        validate_remote_name(name)
+        entry = self._load().get(name)
+        if not isinstance(entry, dict) or "username" not in entry:
+            return None
+        user, password = entry.get("username"), entry.get("password")
+        if not isinstance(user, str) or not isinstance(password, str) or not password:
+            raise ConfigError(
+                f"credentials file {self.path}: the entry for {name!r} has no username and password",
+                hint=f"log in again: kvreg login {name} --username USER --password-stdin",
+            )
+        return BasicCredentials(user, password, "credentials")
+
+    def set_basic(self, name: str, username: str, password: str) -> None:
+        """Store a user name and password (or token) for the OCI remote ``name`` (mode 0600)."""
+        validate_remote_name(name)
+        if not username or any(c.isspace() or c == ":" for c in username):
+            raise UsageError("the user name is empty or holds whitespace or ':'")
+        value = password.strip("\r\n") if isinstance(password, str) else ""
+        if not value or any(ord(c) < 0x20 for c in value):
+            raise UsageError("the password is empty or holds control characters")
+        with jsonfile.locked(self.home, "credentials"):
+            doc = self._load()
+            doc[name] = {"username": username, "password": value}
+            jsonfile.write_object(self.path, doc, mode=_CREDENTIALS_MODE, what="credentials file")
+        log.info("stored credentials for remote %s", name)
 
     def names(self) -> list[str]:
         """The remotes that have a stored token."""

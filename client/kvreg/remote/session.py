@@ -183,7 +183,9 @@ class _Sink:
         return Digest.from_hex(self.hasher.hexdigest())
 
 
-def _check_body_size(source: Path | BinaryIO, origin: int, size: int, digest: Digest) -> None:
+def _check_body_size(
+    source: Path | BinaryIO, origin: int, size: int, digest: Digest, *, piece: bool = False
+) -> None:
     """Refuse (``StoreError``) a file that does not hold exactly ``size`` bytes after ``origin``."""
     if isinstance(source, Path):
         try:
@@ -198,7 +200,7 @@ def _check_body_size(source: Path | BinaryIO, origin: int, size: int, digest: Di
             hint="run 'kvreg fsck' on the local store",
             digest=str(digest),
         )
-    if total - origin > size:
+    if total - origin > size and not piece:
         raise StoreError(
             f"object {digest} is longer than {size} bytes while uploading it",
             hint="run 'kvreg fsck' on the local store",
@@ -413,12 +415,15 @@ class HttpSession:
         headers: Mapping[str, str],
         origin: int = 0,
         progress_cb: ProgressCallback | None = None,
+        method: str = "PUT",
+        piece: bool = False,
     ) -> Reply:
-        """PUT exactly ``size`` bytes of ``source`` (a path, or a seekable file from ``origin``)
-        with retries; every attempt sends the whole body again (``progress_cb`` first gets
-        the negative count of the bytes sent before). A file that does not hold exactly
-        ``size`` bytes there raises ``StoreError`` before anything is sent."""
-        _check_body_size(source, origin, size, digest)
+        """PUT (or ``method``) exactly ``size`` bytes of ``source`` (a path, or a seekable file
+        from ``origin``) with retries; every attempt sends the whole body again (``progress_cb``
+        first gets the negative count of the bytes sent before). A file that does not hold
+        exactly ``size`` bytes there (at least ``size`` with ``piece``: one piece of a chunked
+        OCI upload, a PATCH) raises ``StoreError`` before anything is sent."""
+        _check_body_size(source, origin, size, digest, piece=piece)
         with contextlib.ExitStack() as stack:
             if isinstance(source, Path):
                 try:
@@ -443,9 +448,9 @@ class HttpSession:
                 sent[0] = 0
 
             return self._retrying(
-                "PUT",
+                method,
                 url,
-                lambda _: self._upload_attempt(url, body, headers, expect, counted),
+                lambda _: self._upload_attempt(url, body, headers, expect, counted, method),
                 budget=self.retries,
                 on_retry=rewind,
             )
@@ -457,13 +462,14 @@ class HttpSession:
         headers: Mapping[str, str],
         expect: Sequence[int],
         progress_cb: ProgressCallback,
+        method: str = "PUT",
     ) -> Reply:
         try:
             with self.bulk.request(
-                "PUT", url, self._bulk_headers(url, headers), body, progress_cb
+                method, url, self._bulk_headers(url, headers), body, progress_cb
             ) as response:
                 status = response.status
-                log.debug("PUT %s -> %d", url, status)
+                log.debug("%s %s -> %d", method, url, status)
                 if status in RETRY_STATUSES:
                     raise _Retry(f"HTTP {status}", _retry_after(response.headers))
                 cap = MAX_JSON_BYTES if status in expect else MAX_ERROR_BYTES
@@ -471,7 +477,7 @@ class HttpSession:
                     answer = response.read_capped(cap)
                 except ValueError as e:
                     raise RemoteError(
-                        f"the registry sent more than {cap} bytes for PUT {url}", limit=cap
+                        f"the registry sent more than {cap} bytes for {method} {url}", limit=cap
                     ) from e
                 if status not in expect:
                     raise self.error(status, response.headers, answer, url)
@@ -495,8 +501,12 @@ class HttpSession:
         start: int = 0,
         max_size: int | None = None,
         progress_cb: ProgressCallback | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Download:
-        """Stream ``url`` into ``dest`` after its first ``start`` bytes (``RegistryClient.get_object_to``)."""
+        """Stream ``url`` into ``dest`` after its first ``start`` bytes (``RegistryClient.get_object_to``).
+
+        ``headers`` are sent to the registry's own origin only, never to the storage a
+        registry redirects to (an OCI registry's per-request ``Authorization``)."""
         fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             sink = _Sink(fd, start, progress_cb)
@@ -508,7 +518,7 @@ class HttpSession:
                 while True:
                     before = sink.offset
                     try:
-                        if self._download_attempt(url, digest, sink, max_size):
+                        if self._download_attempt(url, digest, sink, max_size, headers or {}):
                             break
                     except _Retry as r:
                         sink.writer.flush()  # what arrived stays in the file while we wait
@@ -526,7 +536,9 @@ class HttpSession:
             os.close(fd)
         return Download(sink.digest(), sink.offset, resumed_from)
 
-    def _download_attempt(self, url: str, digest: Digest, sink: _Sink, max_size: int | None) -> bool:
+    def _download_attempt(
+        self, url: str, digest: Digest, sink: _Sink, max_size: int | None, extra: Mapping[str, str]
+    ) -> bool:
         """One GET (following a storage redirect); True when finished, False to ask again."""
         headers = {"Accept": "application/octet-stream"}
         if sink.offset > 0:
@@ -534,7 +546,8 @@ class HttpSession:
         target = url
         try:
             for _ in range(1 + _MAX_STORAGE_REDIRECTS):  # the registry, then the storage it sends us to
-                with self.bulk.request("GET", target, self._bulk_headers(target, headers)) as response:
+                sent = {**extra, **headers} if origin_of(target) == self._origin else headers
+                with self.bulk.request("GET", target, self._bulk_headers(target, sent)) as response:
                     if response.status not in _REDIRECTS:
                         return self._receive(target, digest, sink, max_size, response)
                     location = urljoin(target, response.headers.get("Location", ""))

@@ -30,18 +30,40 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, StoreError
 from kvreg.fileio.atomicfile import fsync_dir
 from kvreg.fileio.faults import crash_point
-from kvreg.remote.http import RegistryClient
 from kvreg.remote.progress import Counter
+from kvreg.remote.session import Download, ProgressCallback
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "Staging", "staging_dir"]
+__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "ObjectSource", "Staging", "staging_dir"]
+
+
+class ObjectSource(Protocol):
+    """Where a pull's objects come from: a kvreg registry (``RegistryClient``) or an OCI
+    registry (``kvreg.remote.oci.client.OciClient``), each by namespace and digest."""
+
+    remote_name: str | None
+
+    def get_object_to(
+        self,
+        namespace: str,
+        digest: Digest,
+        dest: Path,
+        *,
+        start: int = 0,
+        max_size: int | None = None,
+        progress_cb: ProgressCallback | None = None,
+    ) -> Download: ...
+
+    def limit(self, name: str, default: int) -> int: ...
+
 
 STAGING_PREFIX = "pull-"
 PARTIAL_SUFFIX = ".incomplete"
@@ -97,7 +119,7 @@ class Staging:
 
     def fetch(
         self,
-        client: RegistryClient,
+        client: ObjectSource,
         namespace: str,
         digest: Digest,
         *,
