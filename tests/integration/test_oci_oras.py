@@ -22,8 +22,13 @@ import pytest
 from cli.helpers import kvreg
 from core.manifest_helpers import Built
 from kvreg.core import oci
+from kvreg.core.errors import UnauthenticatedError
 from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
+from kvreg.core.trust import TrustPolicy
+from kvreg.remote.oci.client import connect_oci
+from kvreg.remote.oci.pulling import pull
+from kvreg.remote.remotes import Credentials, RemoteConfig
 from kvreg.store.home import Home
 from remote.helpers import build_artifact, store_built
 
@@ -112,3 +117,42 @@ def test_oras_logs_in_with_a_kvreg_token_and_pulls_a_private_artifact(
         f"{registry.url}/v2/{ns}/manifests/answer", headers={"Authorization": f"Bearer {reader}"}, timeout=30
     ).content
     _check_pulled(files, built, manifest)
+
+
+def test_the_kvreg_client_pulls_from_a_kvreg_registry_as_an_oci_remote(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kvreg's own OCI client against kvreg's /v2/: the Bearer token flow (a 401 challenge, then
+    ``GET /v2/token`` with the stored user name and token) and the referrers API (which
+    distribution 2.8 lacks), end to end; an anonymous pull of the private namespace is refused."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))  # never the developer's credentials
+    key = SigningKey.generate()
+    ns = registry.namespace(public=False)
+    registry.register_key(ns, key.public_key.to_text())
+    source = Home(tmp_path / "source")
+    built = build_artifact(key, token_count=12, block_size=4, chunk_bytes=100_000)
+    store_built(source, built, RefName.parse(f"{ns}/answer"))
+    writer = registry.user({ns: "write"})
+    kvreg(source.root, "remote", "add", "origin", registry.url)
+    kvreg(source.root, "login", "origin", "--token", writer)
+    kvreg(source.root, "trust", "add", ns, key.public_key.to_text())
+    kvreg(source.root, "push", "origin", f"{ns}/answer")
+
+    home = Home(tmp_path / "reader")
+    home.root.mkdir()
+    RemoteConfig(home).add("hub", f"oci://{urllib.parse.urlsplit(registry.url).netloc}", insecure=True)
+    policy = TrustPolicy({ns: [key.public_key]})
+    ref = RefName.parse(f"{ns}/answer")
+    with connect_oci(home, "hub") as client, pytest.raises(UnauthenticatedError):
+        pull(home, client, ref, trust=policy)
+    assert not home.objects.has(built.digest)
+
+    Credentials(home).set_basic("hub", "reader", registry.user({ns: "read"}))
+    with connect_oci(home, "hub") as client:
+        report = pull(home, client, ref, trust=policy)
+        assert client.auth.scheme == "bearer"
+    assert report.digest == built.digest and report.oci is not None
+    assert report.oci["repository"] == ns
+    for d, data in built.objects.items():
+        assert home.objects.path(d).read_bytes() == data
+    assert home.refs.get(ref) == built.digest
