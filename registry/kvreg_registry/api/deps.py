@@ -52,8 +52,14 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
     with auth_attempt(request, presented):
         token = bearer_token(request)
         assert token is not None
-        with st.db.read() as s:
-            who = authenticate(s, token)
+        return principal_of_token(st, token)
+
+
+def principal_of_token(st: RegistryState, token: str) -> Principal:
+    """The principal of an API token (``UnauthenticatedError`` if unknown, revoked or expired);
+    its last-used time is brought up to date when it is stale. The caller counts failures."""
+    with st.db.read() as s:
+        who = authenticate(s, token)
     if needs_last_used_update(who) and who.token_id is not None:
         with st.db.write() as s:
             touch_token(s, who.token_id)

@@ -26,9 +26,9 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.errors import UnauthenticatedError
 from kvreg.core.timestamps import rfc3339
-from kvreg_registry.api.deps import state
+from kvreg_registry.api.deps import principal_of_token, state
 from kvreg_registry.api.ratelimit import auth_attempt
-from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
+from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import ApiToken, utcnow
 from kvreg_registry.state import RegistryState
 
@@ -79,12 +79,7 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
     with auth_attempt(request, token[:256]):
         if len(token) > 256:
             raise UnauthenticatedError("unknown token")
-        with st.db.read() as s:
-            who = authenticate(s, token)
-    if needs_last_used_update(who) and who.token_id is not None:
-        with st.db.write() as s:
-            touch_token(s, who.token_id)
-    return who
+        return principal_of_token(st, token)
 
 
 async def principal(request: Request) -> Principal:
