@@ -44,7 +44,6 @@ This module does not talk to registries: ``kvreg.remote.http`` does, and its
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -55,6 +54,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
+from kvreg.core.loopback import is_loopback
 from kvreg.core.remote_names import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
@@ -362,7 +362,7 @@ class RemoteConfig:
             )
         if oci:
             location = parse_oci_url(url, insecure=insecure or force_insecure)
-            if location.insecure and not force_insecure and not _loopback(location.hostname):
+            if location.insecure and not force_insecure and not is_loopback(location.hostname):
                 raise UsageError(
                     f"refusing plain HTTP to {location.host}: credentials and artifacts would cross the "
                     "network unprotected",
@@ -435,15 +435,6 @@ class RemoteConfig:
         Credentials(self.home).remove(name)
         log.info("removed remote %s", name)
         return remote
-
-
-def _loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Credentials:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
 import logging
 import os
 import random
@@ -42,6 +41,7 @@ import httpx
 import kvreg
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, KvregError, RemoteError, StoreError, UnavailableError
+from kvreg.core.loopback import is_loopback
 from kvreg.fileio.directio import AlignedWriter
 from kvreg.remote.bulk import TRANSPORT_ERRORS, BulkHttp, BulkResponse, FileBody, ShortFileError, origin_of
 from kvreg.remote.errors import RETRY_STATUSES, map_error
@@ -101,15 +101,6 @@ def _retry_after(headers: httpx.Headers) -> float | None:
     except ValueError:
         return None
     return seconds if seconds >= 0 else None
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _Sink:

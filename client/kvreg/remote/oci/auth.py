@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from kvreg.core.errors import RemoteError, UnauthenticatedError
+from kvreg.core.loopback import is_loopback
 from kvreg.remote.remotes import BasicCredentials
-from kvreg.remote.session import is_loopback
 
 log = logging.getLogger(__name__)
 
