@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,7 @@ from kvreg.remote.oci.client import OciClient, connect_oci
 from kvreg.remote.oci.listing import list_refs
 from kvreg.remote.oci.pulling import pull as oci_pull
 from kvreg.remote.ondemand import ensure_objects, ensured, needed_for_graft
-from kvreg.remote.pulling import pull
+from kvreg.remote.pulling import PullReport, pull
 from kvreg.remote.remotes import RemoteConfig
 from kvreg.store import access_log, probes
 from kvreg.store.artifacts import Artifact, open_artifact
@@ -347,8 +348,11 @@ def _discover(
             )
             continue
         ref = RefName(c.namespace, c.refs[0])
-        try:
-            pulled = pull(
+        _pull_lazily(
+            report,
+            ref,
+            functools.partial(
+                pull,
                 home,
                 remote.client,
                 ref,
@@ -356,13 +360,20 @@ def _discover(
                 trust=policy,
                 known_keys=remote.known_keys,
                 audit=remote.audit,
-            )
-        except KvregError as exc:
-            log.info("ask: not pulling %s: %s", ref, exc.message)
-            report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
-            continue
-        report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
+            ),
+        )
     return report
+
+
+def _pull_lazily(report: RemoteReport, ref: RefName, pull_it: Callable[[], PullReport]) -> None:
+    """Run one lazy pull of a candidate; record it as pulled, or as skipped with the refusal."""
+    try:
+        pulled = pull_it()
+    except KvregError as exc:
+        log.info("ask: not pulling %s: %s", ref, exc.message)
+        report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
+        return
+    report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
 
 
 def _discover_oci(home: Home, client: OciClient, remote: RemoteSource, policy: TrustPolicy) -> RemoteReport:
@@ -384,13 +395,13 @@ def _discover_oci(home: Home, client: OciClient, remote: RemoteSource, policy: T
             ref = RefName.parse(row["ref"])
             if home.objects.has(Digest(row["digest"])) and home.refs.get_or_none(ref) is not None:
                 continue
-            try:
-                pulled = oci_pull(home, client, ref, lazy=True, trust=policy, known_keys=remote.known_keys)
-            except KvregError as exc:
-                log.info("ask: not pulling %s: %s", ref, exc.message)
-                report.skipped.append({"ref": str(ref), "reason": exc.message, "code": exc.code})
-                continue
-            report.pulled.append({"ref": str(ref), "manifest_digest": pulled.digest})
+            _pull_lazily(
+                report,
+                ref,
+                functools.partial(
+                    oci_pull, home, client, ref, lazy=True, trust=policy, known_keys=remote.known_keys
+                ),
+            )
     return report
 
 
