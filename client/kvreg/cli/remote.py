@@ -314,13 +314,13 @@ def login(
 
 
 def logout(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
-    """Forget the stored token of the remote NAME (nothing is revoked on the registry)."""
+    """Forget the stored token (an OCI remote: user and password) of NAME; nothing is revoked there."""
     out = output.get(ctx, json_output)
     removed = login_case.logout(common.home(ctx), name)
     out.result(
         {"remote": name, "removed": removed},
         lambda c: c.print(
-            f"logged out of {escape(name)}" if removed else f"no token stored for {escape(name)}"
+            f"logged out of {escape(name)}" if removed else f"no credentials stored for {escape(name)}"
         ),
     )
 
