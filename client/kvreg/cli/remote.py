@@ -248,7 +248,12 @@ def login(
     ctx: typer.Context,
     name: RemoteArg,
     token: Annotated[
-        str | None, typer.Option("--token", metavar="TOKEN", help="The API token (kvreg_...).")
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="TOKEN",
+            help="The API token (kvreg_...); an OCI remote: with --username, its password or token.",
+        ),
     ] = None,
     token_stdin: Annotated[bool, typer.Option("--token-stdin", help="Read the token from stdin.")] = False,
     username: Annotated[
@@ -520,7 +525,11 @@ def ls_remote(
     name: RemoteArg,
     namespace: Annotated[
         str | None,
-        typer.Argument(metavar="[NAMESPACE]", help="Only this namespace (default: every one you can read)."),
+        typer.Argument(
+            metavar="[NAMESPACE]",
+            help="Only this namespace (default: every one you can read; an OCI registry that does not "
+            "list its repositories (/v2/_catalog) needs it).",
+        ),
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:
