@@ -334,8 +334,8 @@ def demo_cmd(
     (--task addition: the bundled arithmetic model, seconds): a baseline exam, a
     library of verified solutions pushed to the registry, and a second exam
     through kvreg ask in a fresh home that pulls on demand; it ends with the
-    before/after table. The registry is stopped at the
-    end; with --workdir (or --keep) the commands to browse the result are printed.
+    before/after table. The registry is stopped at the end; with --workdir (or
+    --keep) the commands to browse the result are printed.
     """
     out = output.get(ctx, json_output)
     if workdir is not None:
