@@ -15,6 +15,7 @@ from kvreg.app import login, remotes
 from kvreg.core.checkpoint import NoteVerifier
 from kvreg.core.errors import AlreadyExistsError, NotFoundError, UnauthenticatedError, UsageError
 from kvreg.core.keys import SigningKey
+from kvreg.remote.remotes import Credentials
 from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home
 from remote.helpers import serve
@@ -155,3 +156,19 @@ def test_oci_remotes_are_shown_with_what_they_cannot_give(
     assert kvreg_remote.kind == "kvreg" and kvreg_remote.limitations == []
     with pytest.raises(UsageError, match="OCI registry"):
         login.login(home, "hub", lambda: TOKEN)  # a kvreg login needs a kvreg registry
+
+
+def test_remote_show_names_where_the_credentials_come_from(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker"))
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("KVREG_TOKEN", raising=False)
+    remotes.add_remote(home, "hub", "oci://ghcr.io/acme/kv")
+    Credentials(home).set_basic("hub", "alice", "s3cret")
+    shown = remotes.show_remote(home, "hub").credentials
+    assert shown == f"user alice (kvreg login, {home.root / 'credentials.json'})" and "s3cret" not in shown
+    remotes.add_remote(home, "origin", URL)
+    monkeypatch.setenv("KVREG_TOKEN", TOKEN)
+    assert remotes.show_remote(home, "origin").credentials == "token ($KVREG_TOKEN)"

@@ -317,7 +317,7 @@ def test_basic_auth_from_docker_config_helper_and_login(
     wrong = kvreg(
         dst, "login", "hub", "--username", reg["user"], "--password-stdin", stdin="nope\n", expect=None
     )
-    assert wrong.rc != 0
+    assert wrong.rc == 1 and "refused user" in wrong.err and "Traceback" not in wrong.err
     ok = kvreg(
         dst, "--json", "login", "hub", "-u", reg["user"], "--password-stdin", stdin=reg["password"] + "\n"
     )

@@ -187,3 +187,19 @@ def test_connect_builds_a_client_with_the_token(home, monkeypatch):
             assert TOKEN not in repr(client)
             assert client.whoami() == {"user": "alice"}
         assert srv.requests()[0].headers["Authorization"] == f"Bearer {TOKEN}"
+
+
+@pytest.mark.parametrize("url", ["oci:/127.0.0.1:5000/kv", "oci:127.0.0.1:5000/kv"])
+@pytest.mark.parametrize("insecure", [False, True])
+def test_mistyped_oci_url_is_named_as_such(home, url, insecure):
+    with pytest.raises(ConfigError) as e:
+        RemoteConfig(home).add("local", url, insecure=insecure)
+    assert "must start with oci://" in str(e.value)
+    assert "oci://HOST[:PORT]/REPOSITORY-PREFIX" in (e.value.hint or "")
+
+
+def test_bad_scheme_names_every_accepted_scheme(home):
+    with pytest.raises(ConfigError) as e:
+        RemoteConfig(home).add("local", "docker://127.0.0.1:5000/kv")
+    assert "http://, https:// or oci://" in str(e.value) and "not docker://" in str(e.value)
+    assert "oci://" in (e.value.hint or "")

@@ -91,7 +91,15 @@ def login_oci(home: Home, name: str, username: str, read_password: Callable[[], 
     password = read_password().strip("\r\n")
     creds = BasicCredentials(username, password, "kvreg login")
     with OciClient(remote.oci, creds, remote_name=name, retries=2) as client:
-        scheme = client.check_credentials()
+        try:
+            scheme = client.check_credentials()
+        except UnauthenticatedError as e:
+            raise UnauthenticatedError(
+                f"the registry at {remote.url} refused user {username!r} with that password or token",
+                hint="check the user name and the password or token (a robot account, an access token "
+                f"with the registry's scopes), then run kvreg login {name} again",
+                **e.details,
+            ) from e
     Credentials(home).set_basic(name, username, password)
     return LoginReport(
         remote=name, url=remote.url, user=username, admin=False, roles={}, scheme=scheme or "none"

@@ -21,7 +21,7 @@ from kvreg.core.errors import AlreadyExistsError, NotFoundError, UsageError
 from kvreg.core.logverify import parse_log_key
 from kvreg.core.remote_names import validate_remote_name
 from kvreg.remote.oci.client import credentials_for
-from kvreg.remote.remotes import Credentials, RemoteConfig, parse_age
+from kvreg.remote.remotes import TOKEN_ENV_VAR, Credentials, RemoteConfig, parse_age
 from kvreg.store.audit_state import RemoteLogStore
 from kvreg.store.home import Home
 from kvreg.store.tag_history import TagHistory
@@ -176,7 +176,7 @@ def show_remote(home: Home, name: str) -> RemoteShown:
             name=remote.name,
             url=remote.url,
             kind=remote.kind,
-            credentials="none" if auth is None else f"token ({auth.source})",
+            credentials="none" if auth is None else f"token ({_source(home, auth.source)})",
             max_checkpoint_age=remote.max_checkpoint_age,
             log_key=None if pinned is None else pinned.verifier.to_text(),
         )
@@ -200,14 +200,21 @@ def show_remote(home: Home, name: str) -> RemoteShown:
         credentials="none (anonymous)"
         if creds is None
         else (
-            f"user {creds.username} ({creds.source})"
+            f"user {creds.username} ({_source(home, creds.source)})"
             if creds.username
-            else f"identity token ({creds.source})"
+            else f"identity token ({_source(home, creds.source)})"
         ),
         insecure=remote.insecure,
         limitations=list(OCI_LIMITATIONS),
         recovered=recovered,
     )
+
+
+def _source(home: Home, source: str) -> str:
+    """Where credentials come from, in words: ``kvreg login``'s file is named as such."""
+    if source == "credentials":
+        return f"kvreg login, {Credentials(home).path}"
+    return f"${TOKEN_ENV_VAR}" if source == "env" else source
 
 
 def list_remotes(home: Home) -> list[RemoteRow]:

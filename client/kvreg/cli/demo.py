@@ -330,11 +330,12 @@ def demo_cmd(
 
     Act 6 starts a registry (kvreg serve on 127.0.0.1, SQLite + object folder in
     the work folder), pushes, pulls into a second home and grafts there with the
-    check. Act 7 runs the verified-knowledge flywheel on the bundled arithmetic
-    model: a baseline exam, a library of verified solutions pushed to the
-    registry, and a second exam through kvreg ask in a fresh home that pulls on
-    demand; it ends with the before/after table. The registry is stopped at the
-    end; with --workdir (or --keep) the commands to browse the result are printed.
+    check. Act 7 runs the verified-knowledge flywheel on GSM8K with SmolLM2
+    (--task addition: the bundled arithmetic model, seconds): a baseline exam, a
+    library of verified solutions pushed to the registry, and a second exam
+    through kvreg ask in a fresh home that pulls on demand; it ends with the
+    before/after table. The registry is stopped at the end; with --workdir (or
+    --keep) the commands to browse the result are printed.
     """
     out = output.get(ctx, json_output)
     if workdir is not None:

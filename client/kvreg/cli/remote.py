@@ -248,7 +248,12 @@ def login(
     ctx: typer.Context,
     name: RemoteArg,
     token: Annotated[
-        str | None, typer.Option("--token", metavar="TOKEN", help="The API token (kvreg_...).")
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="TOKEN",
+            help="The API token (kvreg_...); an OCI remote: with --username, its password or token.",
+        ),
     ] = None,
     token_stdin: Annotated[bool, typer.Option("--token-stdin", help="Read the token from stdin.")] = False,
     username: Annotated[
@@ -314,13 +319,13 @@ def login(
 
 
 def logout(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
-    """Forget the stored token of the remote NAME (nothing is revoked on the registry)."""
+    """Forget the stored token (an OCI remote: user and password) of NAME; nothing is revoked there."""
     out = output.get(ctx, json_output)
     removed = login_case.logout(common.home(ctx), name)
     out.result(
         {"remote": name, "removed": removed},
         lambda c: c.print(
-            f"logged out of {escape(name)}" if removed else f"no token stored for {escape(name)}"
+            f"logged out of {escape(name)}" if removed else f"no credentials stored for {escape(name)}"
         ),
     )
 
@@ -520,7 +525,11 @@ def ls_remote(
     name: RemoteArg,
     namespace: Annotated[
         str | None,
-        typer.Argument(metavar="[NAMESPACE]", help="Only this namespace (default: every one you can read)."),
+        typer.Argument(
+            metavar="[NAMESPACE]",
+            help="Only this namespace (default: every one you can read; an OCI registry that does not "
+            "list its repositories (/v2/_catalog) needs it).",
+        ),
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:

@@ -46,7 +46,7 @@ def serve(
     workers: Annotated[int, typer.Option("--workers", min=1, help="uvicorn worker processes.")] = 1,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
-    """Run the registry server: the HTTP API under /api/v1 and the web UI at /.
+    """Run the registry server: the HTTP API under /api/v1, OCI pulls under /v2/ and the web UI at /.
 
     Examples:
 

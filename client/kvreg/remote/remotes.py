@@ -102,7 +102,10 @@ def normalize_url(url: str) -> str:
 
     A trailing ``/api/v1`` is removed (the client adds it). Raises ``ConfigError``.
     """
-    hint = "give the registry's address, e.g. https://registry.example.org or http://127.0.0.1:8080"
+    hint = (
+        "give the registry's address, e.g. https://registry.example.org or http://127.0.0.1:8080 "
+        "(a kvreg registry), or oci://ghcr.io/my-org/kv (an OCI registry)"
+    )
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("the registry URL is empty", hint=hint)
     text = url.strip()
@@ -112,9 +115,14 @@ def normalize_url(url: str) -> str:
     except ValueError as e:
         raise ConfigError(f"invalid registry URL {url!r}: {e}", hint=hint) from e
     scheme = parts.scheme.lower()
+    if scheme == "oci":  # "oci:/host" or "oci:host": a mistyped OCI remote
+        raise ConfigError(
+            f"OCI remote URL {url!r} must start with {OCI_SCHEME}",
+            hint="give the registry as oci://HOST[:PORT]/REPOSITORY-PREFIX, e.g. oci://ghcr.io/my-org/kv",
+        )
     if scheme not in ("http", "https"):
         raise ConfigError(
-            f"registry URL {url!r} must start with http:// or https://"
+            f"registry URL {url!r} must start with http://, https:// or oci://"
             + (f", not {parts.scheme}://" if parts.scheme else ""),
             hint=hint,
         )
@@ -357,6 +365,7 @@ class RemoteConfig:
             raise UsageError(f"invalid maximum checkpoint age {max_checkpoint_age!r}")
         oci = url.strip().lower().startswith(OCI_SCHEME) if isinstance(url, str) else False
         if (insecure or force_insecure) and not oci:
+            normalize_url(url)  # a mistyped oci:// URL is named as such first
             raise UsageError(
                 "--insecure is for oci:// remotes; a kvreg registry's URL says http:// or https:// itself"
             )
