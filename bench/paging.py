@@ -384,7 +384,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.tokens, args.artifact_tokens, args.block_size = 40_000, 1024, 128
-        args.grafts, args.remote_artifacts, args.budget_grafts, args.budget_fraction = 2, 4, 3, 0.6
+        # one graft a library size: each is a fresh process (torch import + model load, seconds)
+        args.grafts, args.remote_artifacts, args.budget_grafts, args.budget_fraction = 1, 4, 3, 0.6
     if args.tokens <= 0 or args.artifact_tokens <= 0 or args.block_size <= 0:
         p.error("sizes must be positive")
     if not 0 < args.budget_fraction < 1:

@@ -10,6 +10,12 @@ exist in the tree under test reads 404 and is left out of the comparison).
 
     .venv/bin/python bench/web_pages.py                       # this tree
     .venv/bin/python bench/web_pages.py --before DIR          # also DIR (another checkout), side by side
+    .venv/bin/python bench/web_pages.py --demo-report FILE    # this tree, on a demo already run
+
+``--demo-report FILE`` skips the demo: FILE is the JSON report of a finished ``kvreg demo
+--json`` run whose registry data folder (``registry.data`` in it) is served instead; the
+bench adds its admin user and token there. The smoke test uses it to share the suite's one
+demo run.
 
 The last line of stdout is the report as JSON. Exit 1 if a page answers 5xx.
 """
@@ -90,13 +96,15 @@ def pages_of(report: dict[str, Any], seqs: list[int]) -> list[str]:
     return pages
 
 
-def measure(source: Path, samples: int, work: Path) -> dict[str, Any]:
+def measure(source: Path, samples: int, work: Path, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the demo with ``source`` (unless ``report`` is one already run), then time every page."""
     home = work / "unused-home"
     env = source_env(source, home)
-    workdir = work / "demo"
-    report = run_json(
-        source, ["kvreg", "demo", "--workdir", str(workdir), "--json", "--task", "addition"], env
-    )
+    if report is None:
+        workdir = work / "demo"
+        report = run_json(
+            source, ["kvreg", "demo", "--workdir", str(workdir), "--json", "--task", "addition"], env
+        )
     data = Path(report["registry"]["data"])
     admin = [sys.executable, "-m", "kvreg_registry.admin", "--data", str(data), "--json"]
     subprocess.run([*admin, "user", "create", ADMIN, "--admin"], env=env, check=True, capture_output=True)
@@ -174,13 +182,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--before", type=Path, help="another checkout to measure first, side by side")
+    ap.add_argument(
+        "--demo-report",
+        type=Path,
+        help="the JSON report of a `kvreg demo --json` run already made with this tree: serve its registry",
+    )
     args = ap.parse_args()
+    if args.demo_report is not None and args.before is not None:
+        ap.error("--demo-report measures this tree only: it cannot be used with --before")
+    demo = None if args.demo_report is None else json.loads(args.demo_report.read_text(encoding="utf-8"))
     work = Path(tempfile.mkdtemp(prefix="web-pages-"))
     try:
         runs: dict[str, dict[str, Any]] = {}
         if args.before is not None:
             runs["before"] = measure(args.before.resolve(), args.samples, work / "before")
-        runs["this tree"] = measure(REPO, args.samples, work / "after")
+        runs["this tree"] = measure(REPO, args.samples, work / "after", demo)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     names = list(runs)

@@ -2,7 +2,7 @@
 # Refresh docs/screenshots/ (the web UI's pictures in the docs) from a run of the browser tests.
 #
 #   scripts/refresh-screenshots.sh              run tests/browser/test_every_page.py (every page, light
-#                                               and dark, desktop and phone) into a new run folder under
+#                                               and dark, desktop and phone, as its PLAN visits them) into a new run folder under
 #                                               .artifacts/, then replace docs/screenshots/*.png with
 #                                               its screenshots (only when every test passed)
 #   scripts/refresh-screenshots.sh --copy [DIR] only copy the PNGs of DIR (default: the folder the

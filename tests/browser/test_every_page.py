@@ -1,21 +1,33 @@
 """Every page of the web UI, at 1280 px and 390 px, light and dark, signed out, as a reader and
 as an admin: no sideways scroll, no short word split over two lines, no console error, no 5xx,
 and WCAG AA contrast of every piece of text (``contrast.CHECK``: each text element's colour
-against its effective background).
+against its effective background), with every ``<details>`` opened.
 
-One context per (visitor, scheme, width), signed in once, then every page in turn; the
-desktop and phone runs of signed-out and admin visitors also take the screenshots of
-docs/web-ui.md (``scripts/refresh-screenshots.sh`` runs this module and copies them).
-The confirmation step of each destructive admin action is checked here too (cancelled,
+Only the combinations that render differently are visited (``PLAN``), one context each, signed
+in once, in the session's one browser against the session's one seeded server:
+
+- signed out, every page at both widths in light, and every page once in dark (desktop): the
+  colour scheme changes colours, not layout, so the dark pass is each page's contrast check;
+- a reader and an admin, at both widths in light, the pages whose ``<main>`` differs from the
+  signed-out one (``visitor_pages``: fetched first with the context's cookies and compared),
+  and the home page for the signed-in header; the admin again in dark (phone), for the
+  signed-in colours;
+- the dark phone run of a signed-out visitor opens only the pages it photographs.
+
+Every check runs on every page a combination visits. The desktop and phone runs also take the
+screenshots of docs/web-ui.md (``scripts/refresh-screenshots.sh`` runs this module and copies
+them). The confirmation step of each destructive admin action is checked here too (cancelled,
 so the shared registry is unchanged).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
 import pytest
 
 from .conftest import DESKTOP, PHONE, _context, _watch
@@ -135,15 +147,62 @@ def contrast_failures(page: Any) -> list[dict[str, Any]]:
     return list(page.evaluate(CONTRAST_CHECK))
 
 
-CASES = [(v, s, w) for v in VISITORS for s in SCHEMES for w in WIDTHS]
+# (visitor, scheme, width) -> which pages it visits: "all", "differs" (``visitor_pages``) or "shots"
+# (only those of DOC_SHOTS). The combinations left out render nothing that these do not.
+PLAN = {
+    ("anonymous", "light", "desktop"): "all",
+    ("anonymous", "light", "phone"): "all",
+    ("anonymous", "dark", "desktop"): "all",
+    ("anonymous", "dark", "phone"): "shots",
+    ("reader", "light", "desktop"): "differs",
+    ("reader", "light", "phone"): "differs",
+    ("admin", "light", "desktop"): "differs",
+    ("admin", "light", "phone"): "differs",
+    ("admin", "dark", "phone"): "differs",
+}
+assert set(PLAN) <= {(v, s, w) for v in VISITORS for s in SCHEMES for w in WIDTHS}
+assert set(DOC_SHOTS) <= set(PLAN), "every screenshot's combination must be visited"
+# What a signed-in visitor sees differently from the signed-out one; ``visitor_pages`` fails if
+# its comparison finds any of these equal (the fetch lost the session).
+MUST_DIFFER = {"private-namespace", "admin"}
+_MAIN = re.compile(r"<main\b.*?</main>", re.S)
+_CSRF = re.compile(r'(name="csrf" value=")[^"]*"')
 
 
-@pytest.mark.parametrize("visit_as", CASES, ids=["-".join(c) for c in CASES], indirect=True)
+def _main_of(html: str) -> str:
+    """The ``<main>`` element of a page, the per-session CSRF token masked."""
+    found = _MAIN.search(html)
+    return _CSRF.sub(r'\1"', found.group(0) if found else html)
+
+
+def visitor_pages(page: Any, server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
+    """The pages ``visitor`` (signed in on ``page``'s context) sees differently from a signed-out
+    visitor: another status or another ``<main>``; and the home page, for the signed-in header."""
+    chosen = []
+    with httpx.Client(base_url=server.url, follow_redirects=True, timeout=60) as anonymous:
+        for name, path, status in pages(server, visitor):
+            mine = page.context.request.get(path)
+            theirs = anonymous.get(path)
+            differs = mine.status != theirs.status_code or _main_of(mine.text()) != _main_of(theirs.text)
+            if differs or name == "home":
+                chosen.append((name, path, status))
+    missing = MUST_DIFFER - {name for name, _, _ in chosen}
+    assert not missing, f"{visitor}: pages that must differ from the signed-out ones did not: {missing}"
+    return chosen
+
+
+@pytest.mark.parametrize("visit_as", list(PLAN), ids=["-".join(c) for c in PLAN], indirect=True)
 def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: Any) -> None:
     page, visitor, scheme, width = visit_as
     wanted_shots = DOC_SHOTS.get((visitor, scheme, width), {})
+    chosen = {
+        "all": lambda: pages(server, visitor),
+        "differs": lambda: visitor_pages(page, server, visitor),
+        "shots": lambda: [p for p in pages(server, visitor) if p[0] in wanted_shots],
+    }[PLAN[(visitor, scheme, width)]]()
+    assert set(wanted_shots) <= {name for name, _, _ in chosen}, "a screenshot's page is not visited"
     problems: list[str] = []
-    for name, path, status in pages(server, visitor):
+    for name, path, status in chosen:
         seen = len(page.console_errors)
         response = page.goto(path)
         assert response is not None, path

@@ -1,6 +1,7 @@
 """The portable profile: one deposit, byte-exact on hosts with other native capabilities.
 
-Each step runs in its own process, as on separate hosts. The grafting "host"
+Each step on the grafting "host" runs in its own process, as on a separate host; the
+depositing host's steps run in the test process but the portable deposit. The grafting "host"
 emulates an AVX2-only machine by capping ATen, MKL and oneDNN in its environment
 before torch loads. Native deposits are refused there (the CPU capability and
 environment are part of the config fingerprint); portable ones graft byte-exactly.
@@ -25,10 +26,13 @@ THIS_HOST: dict[str, str] = {}
 def test_portable_deposit_grafts_exactly_on_an_avx2_host(dtype, models, texts, tmp_path):
     home = tmp_path / "home"
     llama = models["llama"]
-    kvreg(home, "keys", "generate", host=THIS_HOST)
+    # This host's steps: keys and the native deposit in the test process (this host, native
+    # numerics: no fresh process needed), the portable deposit in a process of its own (the
+    # profile's environment must be set before torch loads).
+    kvreg(home, "keys", "generate")
     common = ["--text-file", texts["text"], "--dtype", dtype, "--block-size", BLOCK, "--json"]
     kvreg(home, "deposit", llama, "--ref", "p/portable", "--profile", "portable", *common, host=THIS_HOST)
-    kvreg(home, "deposit", llama, "--ref", "p/native", *common, host=THIS_HOST)
+    kvreg(home, "deposit", llama, "--ref", "p/native", *common)
 
     manifest = kvreg(home, "show", "p/portable", "--json").json
     assert manifest["config"]["fields"]["environment"] == dict(sorted(PORTABLE_ENV.items()))

@@ -1,7 +1,9 @@
 """A live registry per backend for the conformance run, with a little in it to find.
 
 Each backend gets a ``kvreg serve`` of its own (``running_registry``: uvicorn on
-loopback, SQLite + a folder or PostgreSQL + SeaweedFS), shared by the module. What
+loopback, SQLite + a folder or PostgreSQL + SeaweedFS), started once per session and
+shared by test_found.py and test_openapi.py (pytest groups each backend's tests, so the
+one-request checks of test_found.py run before the generated ones on the same server). What
 is seeded through the HTTP API, so that generated requests reach more than 404s:
 
 - the namespace ``conformance`` (private) holding one object, with a signing key
@@ -97,7 +99,7 @@ def _seed(registry: Registry) -> Target:
     return target
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="session", params=BACKENDS)
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     root: Path = tmp_path_factory.mktemp(f"conformance-{request.param}")
     with running_registry(request.param, root) as registry:

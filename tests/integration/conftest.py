@@ -19,6 +19,8 @@ from cli.helpers import BLOCK, EXTENSION, TEXT, kvreg
 
 from .registry_server import BACKENDS, Registry, running_registry
 
+LIBRARY_BLOCK = "8"  # the flywheel library's block size (``library``)
+
 
 @pytest.fixture(scope="session")
 def _registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Registry]]:
@@ -128,3 +130,33 @@ def make_home(tmp_path: Path):  # type: ignore[no-untyped-def]
         return home
 
     return make
+
+
+@pytest.fixture(scope="session")
+def library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A store with three verified flywheel artifacts (exact-solver entries), blocks of ``LIBRARY_BLOCK``.
+
+    Built once per session for the suites that publish it (test_ask_remote.py, test_serve_remote.py,
+    test_adversarial.py); tests must not change it: ``_publish`` copies it into a home of its own.
+    """
+    from kvreg.app.flywheel.library import deposit_entries, solver_entry
+    from kvreg.app.keyring import load_signing_key
+    from kvreg.engine.flywheel.exam import hard_exam
+    from kvreg.engine.flywheel.model import model_path
+    from kvreg.engine.pinned import EngineSettings
+    from kvreg.engine.runtime import load_model
+    from kvreg.store.home import Home
+
+    root = tmp_path_factory.mktemp("flywheel-depositor")
+    kvreg(root / "home", "keys", "generate")
+    home = Home(root / "home")
+    key = load_signing_key(home, "default")
+    lm = load_model(model_path(), EngineSettings(block_size=int(LIBRARY_BLOCK)))
+    problems = hard_exam()[:3]
+    results = deposit_entries(lm, home, key, [solver_entry(p) for p in problems], namespace="src")
+    return {
+        "home": root / "home",
+        "public_key": key.public_key.to_text(),
+        "problems": problems,
+        "manifests": [r.manifest for r in results],
+    }

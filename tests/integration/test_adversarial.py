@@ -39,7 +39,7 @@ from kvreg.fileio.keyfiles import load_signing_key, load_trust_policy, save_trus
 
 from .lying_registry import LyingRegistry
 from .registry_server import Registry
-from .test_ask_remote import _ask, _publish, library  # noqa: F401 (library: a fixture)
+from .test_ask_remote import _ask, _publish
 from .test_push_pull import _pusher
 
 DAY = 24 * 3600
@@ -299,7 +299,7 @@ def test_a_checkpoint_that_contradicts_the_one_seen_before_is_refused(
 @pytest.mark.parametrize("registry", ["sqlite-folder"], indirect=True)
 def test_another_prompts_state_is_never_grafted(
     registry: Registry,
-    library: dict[str, Any],  # noqa: F811 (the fixture imported above)
+    library: dict[str, Any],
     make_home,
     tmp_path: Path,
 ) -> None:

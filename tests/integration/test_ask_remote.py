@@ -18,37 +18,12 @@ import pytest
 
 from cli.helpers import kvreg
 
+from .conftest import LIBRARY_BLOCK
 from .registry_server import Registry
 
 pytestmark = pytest.mark.slow
 
-BLOCK = "8"
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A store with three verified flywheel artifacts (exact-solver entries), blocks of 8."""
-    from kvreg.app.flywheel.library import deposit_entries, solver_entry
-    from kvreg.app.keyring import load_signing_key
-    from kvreg.engine.flywheel.exam import hard_exam
-    from kvreg.engine.flywheel.model import model_path
-    from kvreg.engine.pinned import EngineSettings
-    from kvreg.engine.runtime import load_model
-    from kvreg.store.home import Home
-
-    root = tmp_path_factory.mktemp("flywheel-depositor")
-    kvreg(root / "home", "keys", "generate")
-    home = Home(root / "home")
-    key = load_signing_key(home, "default")
-    lm = load_model(model_path(), EngineSettings(block_size=int(BLOCK)))
-    problems = hard_exam()[:3]
-    results = deposit_entries(lm, home, key, [solver_entry(p) for p in problems], namespace="src")
-    return {
-        "home": root / "home",
-        "public_key": key.public_key.to_text(),
-        "problems": problems,
-        "manifests": [r.manifest for r in results],
-    }
+BLOCK = LIBRARY_BLOCK  # the blocks of the session's flywheel library (conftest.library)
 
 
 def _publish(registry: Registry, library: dict[str, Any], make_home) -> str:  # type: ignore[no-untyped-def]

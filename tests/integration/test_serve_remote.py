@@ -17,9 +17,7 @@ import pytest
 from cli.helpers import kvreg
 
 from .registry_server import Registry
-from .test_ask_remote import BLOCK, _publish, library
-
-__all__ = ["library"]
+from .test_ask_remote import BLOCK, _publish
 
 pytestmark = pytest.mark.slow
 
