@@ -219,7 +219,11 @@ class RefStore:
         """The manifest digest the ref points at; ``RefNotFoundError`` if it does not exist."""
         e = self.entry(ref)
         if e is None:
-            raise RefNotFoundError(f"no ref {ref} in the local store", ref=str(ref))
+            raise RefNotFoundError(
+                f"no ref {ref} in the local store",
+                hint=f"list the local refs with 'kvreg ls'; pull this one with 'kvreg pull REMOTE {ref}'",
+                ref=str(ref),
+            )
         return e.digest
 
     def scan(self) -> tuple[list[RefEntry], list[RefProblem]]:
