@@ -533,7 +533,10 @@ def ls_remote(
     ] = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """List the refs of the remote NAME (of an OCI remote: the tags that hold kvreg artifacts).
+    """List the refs of the remote NAME, with the digest each one names.
+
+    Of an OCI remote: the tags of its repositories that hold kvreg artifacts (the
+    referrers tags, sha256-<hex>, are left out).
 
     Examples:
 

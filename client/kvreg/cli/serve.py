@@ -48,12 +48,14 @@ def serve(
 ) -> None:
     """Run the registry server: the HTTP API under /api/v1, OCI pulls under /v2/ and the web UI at /.
 
+    The embedded default keeps everything in --data (SQLite and an object folder);
+    --database-url and --storage point it at PostgreSQL and S3 instead.
+
     Examples:
 
-      kvreg serve                                   # SQLite + ./kvreg-data/objects on 127.0.0.1:8080
+      kvreg serve --data ./kvreg-data --port 8080
 
-      KVREG_S3_ENDPOINT=http://127.0.0.1:8333 kvreg serve --storage s3://kvreg/objects \
-        --database-url postgresql+psycopg://kvreg:PASSWORD@127.0.0.1/kvreg
+      kvreg serve --database-url postgresql+psycopg://kvreg:PW@db/kvreg --storage s3://kvreg/objects
     """
     # imported here: the registry's modules (FastAPI, SQLAlchemy) load only for this command
     from kvreg.app.serve import ServeRequest, registry_settings, serve
