@@ -64,6 +64,18 @@ def test_resolve_folder_name_and_missing(tmp_path: Path) -> None:
         resolve_model("../escape", library)
 
 
+def test_the_bundled_model_has_a_name_an_import_can_shadow(tmp_path: Path) -> None:
+    library = ModelLibrary(tmp_path / "models")
+    bundled = resolve_model("kvreg-addition", library)
+    assert (bundled / "config.json").is_file() and (bundled / "model.safetensors").is_file()
+    assert resolve_model("kvreg-addition", library) == bundled
+    imported = _fake_import(library, "kvreg-addition")  # the user's own model of that name wins
+    assert resolve_model("kvreg-addition", library) == imported
+    with pytest.raises(ModelError) as caught:
+        resolve_model("nothing-here", ModelLibrary(tmp_path / "empty"))
+    assert "kvreg-addition" in (caught.value.hint or "")
+
+
 def test_names_cannot_leave_the_library(tmp_path: Path) -> None:
     library = ModelLibrary(tmp_path)
     for bad in ("../x", "a/b", "..", ""):

@@ -29,6 +29,8 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import ModelError, UsageError
 from kvreg.core.names import validate_name
 from kvreg.engine.fingerprint import model_fingerprint, tokenizer_fingerprint
+from kvreg.engine.flywheel.model import MODEL_DIR as BUNDLED_MODEL_DIR
+from kvreg.engine.flywheel.model import MODEL_NAME as BUNDLED_MODEL_NAME
 from kvreg.store.model_library import RECORD_NAME, ModelLibrary, ModelRecord, discard
 
 #: The real pretrained model kvreg's demo and GSM8K flywheel use: SmolLM2-135M-Instruct, as the
@@ -222,7 +224,8 @@ def resolve_or_import(spec: str | Path, feedback: Feedback | None = None) -> Pat
 
 
 def resolve_model(spec: str | Path, library: ModelLibrary | None = None) -> Path:
-    """The folder ``--model`` means: an existing folder as it is, else an imported model's folder."""
+    """The folder ``--model`` means: an existing folder as it is, else an imported model's folder,
+    else, for ``kvreg-addition``, the model bundled with kvreg (the flywheel's)."""
     path = Path(spec)
     if path.is_dir():
         return path
@@ -235,10 +238,13 @@ def resolve_model(spec: str | Path, library: ModelLibrary | None = None) -> Path
                 return library.path(text)
         except UsageError:
             pass  # not a valid model name: report it as a missing folder below
+        if text == BUNDLED_MODEL_NAME:
+            return BUNDLED_MODEL_DIR
     known = ", ".join(r.name for r in library.records()) if library.root.is_dir() else ""
     raise ModelError(
         f"no model folder {text!r}" + (" and no imported model of that name" if looks_like_name else ""),
         hint=(f"imported models: {known}; " if known else "")
-        + "give a Hugging Face model folder, or import a GGUF file first: "
+        + f"give a Hugging Face model folder, {BUNDLED_MODEL_NAME} (the bundled model), "
+        + "or import a GGUF file first: "
         + "kvreg model import FILE.gguf --name NAME",
     )
