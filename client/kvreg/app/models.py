@@ -10,7 +10,8 @@ file under the same name again changes nothing and takes a second (the file's
 SHA-256); another file under a taken name is refused unless ``replace``.
 
 :func:`resolve_model` is how every command's ``--model`` is read: an existing
-folder is used as it is, otherwise the argument must name an imported model.
+folder is used as it is, otherwise the argument must name an imported model (or
+``kvreg-addition``, the bundled model).
 Nothing here prints; reports have ``to_dict()`` for ``--json``.
 """
 
