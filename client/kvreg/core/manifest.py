@@ -28,6 +28,7 @@ from kvreg.core.canonical import canonical_json, parse_json_object
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ManifestInvalidError
 from kvreg.core.manifest_schema import (
+    DTYPE_BYTES,
     MAX_MANIFEST_BYTES,
     SCHEMA,
     ChunkEntry,
@@ -193,6 +194,27 @@ class Manifest:
     @property
     def kvreg_version(self) -> str:
         return self._views.kvreg_version
+
+    def stated_sizes(self) -> dict[Digest, int]:
+        """Object sizes the manifest states outright (chunks, tokens, text, prompt): exact, so a
+        download may be bounded by them. The witness logits' size follows from their shape
+        (:meth:`witness_size`); a chat prompt's messages have no stated size."""
+        sizes: dict[Digest, int] = {c.digest: c.size for c in self._views.chunks}
+        sizes[self._views.tokens.digest] = 4 * self._views.tokens.count
+        sizes[self._views.text.digest] = self._views.text.size
+        if self._views.prompt is not None:
+            sizes[self._views.prompt.digest] = self._views.prompt.size
+        return sizes
+
+    def witness_size(self) -> int | None:
+        """The witness logits' size from their shape and dtype (None for a dtype kvreg does not know)."""
+        w = self._views.witness
+        if w.dtype not in DTYPE_BYTES:
+            return None
+        n = DTYPE_BYTES[w.dtype]
+        for dim in w.shape:
+            n *= dim
+        return n
 
     def object_digests(self) -> list[Digest]:
         """Every object the manifest references (chunks in order, then tokens, text,

@@ -35,7 +35,6 @@ from kvreg.core.canonical import canonical_json, parse_json_object
 from kvreg.core.digest import Digest, is_digest
 from kvreg.core.errors import DigestMismatchError, InvalidNameError, ManifestInvalidError
 from kvreg.core.manifest import Manifest
-from kvreg.core.manifest_schema import DTYPE_BYTES
 from kvreg.core.names import validate_name, validate_namespace
 
 __all__ = [
@@ -254,19 +253,12 @@ def _object_layers(manifest: Manifest, sizes: Mapping[Digest, int]) -> list[Desc
 
 
 def stated_sizes(manifest: Manifest) -> dict[Digest, int]:
-    """Object sizes the signed manifest fixes: chunks, tokens, text, prompt, and the witness
+    """Object sizes the signed manifest fixes: :meth:`Manifest.stated_sizes` and the witness
     logits (from their shape and dtype). Only a chat prompt's messages are not stated."""
-    sizes: dict[Digest, int] = {c.digest: c.size for c in manifest.chunks}
-    sizes[manifest.tokens.digest] = 4 * manifest.token_count
-    sizes[manifest.text.digest] = manifest.text.size
-    if manifest.prompt is not None:
-        sizes[manifest.prompt.digest] = manifest.prompt.size
-    w = manifest.witness
-    if w.dtype in DTYPE_BYTES:
-        n = DTYPE_BYTES[w.dtype]
-        for dim in w.shape:
-            n *= dim
-        sizes.setdefault(w.logits_digest, n)
+    sizes = manifest.stated_sizes()
+    witness = manifest.witness_size()
+    if witness is not None:
+        sizes.setdefault(manifest.witness.logits_digest, witness)
     return sizes
 
 

@@ -30,7 +30,6 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, UsageError
 from kvreg.core.manifest import Manifest
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
-from kvreg.remote.pulling import known_sizes
 from kvreg.remote.staging import ObjectSource, Staging
 from kvreg.store import access_log, eviction, leases
 from kvreg.store.home import Home
@@ -104,7 +103,7 @@ def ensured(
                 f"manifest {manifest.digest} is not in the local store", hint="pull the artifact first"
             )
         if absent:
-            sizes = known_sizes(manifest)
+            sizes = manifest.stated_sizes()
             cap = client.limit("max_object_bytes", 0) or None
             stop = threading.Event()
             counter = Counter(progress or NullProgress(), stop)

@@ -65,7 +65,6 @@ from kvreg.core.errors import (
 from kvreg.core.keys import PublicKey
 from kvreg.core.logverify import envelope_claim, ref_claim
 from kvreg.core.manifest import Manifest
-from kvreg.core.manifest_schema import DTYPE_BYTES
 from kvreg.core.names import RefName
 from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.faults import crash_point
@@ -85,7 +84,6 @@ __all__ = [
     "PullReport",
     "check_local_ref",
     "fetch_and_install",
-    "known_sizes",
     "pull",
     "signer_of",
 ]
@@ -125,26 +123,13 @@ class PullReport:
         return asdict(self)
 
 
-def known_sizes(manifest: Manifest) -> dict[Digest, int]:
-    """Sizes the signed manifest states (chunks, tokens, text, prompt); others are unknown."""
-    sizes: dict[Digest, int] = {c.digest: c.size for c in manifest.chunks}
-    sizes[manifest.tokens.digest] = 4 * manifest.token_count
-    sizes[manifest.text.digest] = manifest.text.size
-    if manifest.prompt is not None:
-        sizes[manifest.prompt.digest] = manifest.prompt.size
-    return sizes
-
-
 def _progress_total(manifest: Manifest, sizes: dict[Digest, int], digests: list[Digest]) -> int:
     """Bytes to expect for the progress bar: stated sizes, plus the witness logits estimated
     from their shape and dtype (an estimate only: it bounds nothing)."""
     estimates = dict(sizes)
-    w = manifest.witness
-    if w.logits_digest not in estimates and w.dtype in DTYPE_BYTES:
-        n = DTYPE_BYTES[w.dtype]
-        for dim in w.shape:
-            n *= dim
-        estimates[w.logits_digest] = n
+    witness = manifest.witness_size()
+    if witness is not None:
+        estimates.setdefault(manifest.witness.logits_digest, witness)
     return sum(estimates.get(d, 0) for d in digests)
 
 
@@ -214,7 +199,7 @@ def pull(
             ]
         )
 
-    sizes = known_sizes(manifest)
+    sizes = manifest.stated_sizes()
     cap: int | None = None
     if not lazy and any(not home.objects.has(d) and d not in sizes for d in manifest.object_digests()):
         cap = client.limit("max_object_bytes", 0) or None  # for objects whose size is not stated

@@ -54,7 +54,7 @@ from kvreg.core.trust import TrustPolicy
 from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.oci.client import OciClient
 from kvreg.remote.progress import NullProgress, Progress, validate_jobs
-from kvreg.remote.pulling import PullReport, check_local_ref, fetch_and_install, known_sizes, signer_of
+from kvreg.remote.pulling import PullReport, check_local_ref, fetch_and_install, signer_of
 from kvreg.store.home import Home
 from kvreg.store.tag_history import TagHistory
 
@@ -171,7 +171,7 @@ def pull(
             log.warning("%s (allowed by --allow-rollback)", e.message)
             warnings.append(f"rollback allowed by --allow-rollback: {e.message}")
 
-    sizes = known_sizes(manifest)
+    sizes = manifest.stated_sizes()
     for layer in art.layers:  # unstated sizes (a chat prompt's messages) are bounded by the layer's
         sizes.setdefault(layer.digest, layer.size)
     done = fetch_and_install(
