@@ -34,7 +34,7 @@ from kvreg.core.errors import (
     error_classes,
 )
 
-__all__ = ["ERROR_CODE_HEADER", "RETRY_STATUSES", "error_from_response", "map_error"]
+__all__ = ["ERROR_CODE_HEADER", "RETRY_STATUSES", "error_document", "error_from_response", "map_error"]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -46,12 +46,17 @@ _FALLBACK_BY_STATUS: dict[int, type[KvregError]] = {
 }
 
 
-def _parse_error_body(body: bytes) -> dict[str, Any]:
+def error_document(body: bytes) -> dict[str, Any]:
+    """An error answer's body as a JSON object; ``{}`` for anything else (the status decides then)."""
     try:
         doc = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: [[[[... from a hostile body
         return {}
-    error = doc.get("error") if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) else {}
+
+
+def _parse_error_body(body: bytes) -> dict[str, Any]:
+    error = error_document(body).get("error")
     return error if isinstance(error, dict) else {}
 
 

@@ -13,7 +13,6 @@ This module only maps; it does not send requests or retry.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ from kvreg.core.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from kvreg.remote.errors import error_document
 
 __all__ = ["CHALLENGE_DETAIL", "map_oci_error"]
 
@@ -58,11 +58,7 @@ _BY_STATUS: dict[int, type[KvregError]] = {
 
 
 def _first_error(body: bytes) -> dict[str, Any]:
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return {}
-    errors = doc.get("errors") if isinstance(doc, dict) else None
+    errors = error_document(body).get("errors")
     first = errors[0] if isinstance(errors, list) and errors else None
     return first if isinstance(first, dict) else {}
 
