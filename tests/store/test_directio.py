@@ -227,7 +227,7 @@ def test_bytes_and_unaligned_views_are_copied(tmp_path: Path) -> None:
 
 
 class Spy:
-    """Records every ``os.pwrite`` of the writer: (offset, length, thread name), in call order."""
+    """Records every completed ``os.pwrite`` of the writer: (offset, length, thread name), in order."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[int, int, str]] = []
@@ -235,8 +235,9 @@ class Spy:
         monkeypatch.setattr(directio.os, "pwrite", self)
 
     def __call__(self, fd: int, data: memoryview, at: int) -> int:
-        self.calls.append((at, len(data), threading.current_thread().name))
-        return self.real(fd, data, at)
+        n = self.real(fd, data, at)  # a write refused (EINVAL with O_DIRECT) is not recorded
+        self.calls.append((at, n, threading.current_thread().name))
+        return n
 
 
 def open_file(path: Path) -> Iterator[int]:
