@@ -8,6 +8,7 @@ files on disk, temp keys and pending multipart uploads in the bucket.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -30,9 +31,10 @@ from kvreg.core.errors import (
     ObjectNotFoundError,
     UnavailableError,
 )
+from kvreg.fileio import directio
 from kvreg_registry.storage import FolderStorage, ObjectStorage, open_storage
 from kvreg_registry.storage import s3 as s3_module
-from kvreg_registry.storage.base import READ_PIECE
+from kvreg_registry.storage.base import READ_PIECE, PendingObject
 from kvreg_registry.storage.s3 import S3Storage
 from services import s3_client
 
@@ -376,6 +378,81 @@ def test_a_reader_that_fails_leaves_nothing(backend: Backend) -> None:
         pending.commit(Digest.of_bytes(data))
     assert backend.leftovers() == []
     assert list(s.iter_objects()) == []
+
+
+class MemoryPending(PendingObject):
+    """The base class's own receive path (what S3 uses): pieces kept in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces: list[bytes] = []
+        self.discarded = False
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        self.pieces.append(bytes(data))
+
+    def _publish(self, digest: Digest) -> bool:
+        return True
+
+    def _discard(self) -> None:
+        self.discarded = True
+
+
+class CountingPool(directio.BufferPool):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.out = 0
+
+    def acquire(self) -> Any:
+        self.out += 1
+        return super().acquire()
+
+    def release(self, buffer: Any) -> None:
+        self.out -= 1
+        super().release(buffer)
+
+
+@pytest.mark.parametrize("size", [0, 1, 256 * 1024, 3 * 256 * 1024 + 7])
+def test_receive_by_default_stores_full_pool_buffers_then_the_rest(size: int) -> None:
+    pool = CountingPool(256 * 1024)
+    data = data_of(size, seed=15)
+    pending = MemoryPending()
+    pending.receive(PieceReader(data), pool=pool)
+    assert b"".join(pending.pieces) == data and pending.size == size
+    want = [min(pool.size, size - i) for i in range(0, size, pool.size)]
+    assert [len(p) for p in pending.pieces] == want
+    assert pending.commit(Digest.of_bytes(data)) is True
+    # a reader that fails aborts the upload, and the buffer goes back to the pool either way
+    failing = MemoryPending()
+    with pytest.raises(ConnectionResetError):
+        failing.receive(PieceReader(data + b"x", fail_after=size), pool=pool)
+    assert failing.discarded and pool.out == 0
+
+
+def test_a_failed_disk_write_aborts_the_folder_upload_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Full buffers are written by a disk thread while the body is read on (kvreg.fileio.directio):
+    an error there aborts ``receive`` with that same error, and the temp file is gone."""
+    real = os.pwrite
+
+    def failing(fd: int, data: memoryview, at: int) -> int:
+        if threading.current_thread().name.startswith("kvreg-disk"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, data, at)
+
+    monkeypatch.setattr(directio.os, "pwrite", failing)
+    storage = FolderStorage(tmp_path / "storage")
+    storage.buffers = directio.BufferPool(256 * 1024)
+    data = data_of(2 * MIB + 5, seed=14)
+    pending = storage.begin_upload()
+    with pytest.raises(OSError) as caught:
+        pending.receive(PieceReader(data))
+    assert caught.value.errno == errno.EIO
+    assert list(storage.tmp_dir.iterdir()) == []
+    with pytest.raises(ValueError, match="aborted"):
+        pending.commit(Digest.of_bytes(data))
+    assert list(storage.iter_objects()) == []
 
 
 def test_seal_checks_the_digest_before_commit_publishes(backend: Backend) -> None:

@@ -16,7 +16,7 @@ import json
 import re
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +59,8 @@ class FileServer:
         self.fail: dict[str, list[int]] = {}  # path -> statuses to answer first, one per request
         self.cut: dict[str, list[int]] = {}  # path -> byte counts after which to drop the connection
         self.ignore_range: set[str] = set()
+        # path -> (byte count, wait): the body stops after that many bytes until ``wait()`` returns
+        self.pause: dict[str, tuple[int, Callable[[], None]]] = {}
         self.lock = threading.Lock()
         server = self
 
@@ -106,7 +108,7 @@ class FileServer:
                             return
                         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
                         data, code = data[start : end + 1], 206
-                self._send(code, data, headers, cut=cut)
+                self._send(code, data, headers, cut=cut, pause=server.pause.get(path))
 
             def _read_chunked(self) -> bytes:
                 out = b""
@@ -119,7 +121,12 @@ class FileServer:
                     self.rfile.readline()
 
             def _send(
-                self, code: int, data: bytes, headers: dict[str, str] | None = None, cut: int | None = None
+                self,
+                code: int,
+                data: bytes,
+                headers: dict[str, str] | None = None,
+                cut: int | None = None,
+                pause: tuple[int, Callable[[], None]] | None = None,
             ):
                 self.send_response(code)
                 for k, v in (headers or {}).items():
@@ -135,6 +142,11 @@ class FileServer:
                     self.wfile.flush()
                     self.close_connection = True
                     return
+                if pause is not None:
+                    self.wfile.write(data[: pause[0]])
+                    self.wfile.flush()
+                    pause[1]()
+                    data = data[pause[0] :]
                 self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle

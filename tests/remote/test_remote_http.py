@@ -6,9 +6,12 @@ real HTTP server on 127.0.0.1 (``helpers.FileServer``), not the registry.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
+import time
 
 import httpx
 import pytest
@@ -29,6 +32,7 @@ from kvreg.core.errors import (
     UnavailableError,
     error_classes,
 )
+from kvreg.fileio import directio
 from kvreg.remote.errors import error_from_response
 from kvreg.remote.http import RegistryClient
 
@@ -378,6 +382,54 @@ def test_download_cut_without_retries_keeps_the_partial_file(tmp_path):
             c.get_object_to("ns", D, dest)
     assert 0 < dest.stat().st_size <= 1_500_000
     assert DATA.startswith(dest.read_bytes())
+
+
+def test_download_that_stalls_writes_what_it_holds_and_then_the_rest_after_it(tmp_path):
+    """A download idle for 0.2 s writes out what it holds while its read waits on the buffer
+    (so a kill loses nothing that arrived); the bytes that arrive after it must follow them."""
+    dest = tmp_path / "x.incomplete"
+    held = 1_000_003
+
+    def until_written() -> None:  # the server goes on once the client wrote what it holds
+        deadline = time.monotonic() + 30
+        while dest.stat().st_size < held and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    with serve() as srv:
+        srv.route(OBJ, DATA, ranges=True)
+        srv.pause[OBJ] = (held, until_written)
+        with client(srv.url) as c:
+            got = c.get_object_to("ns", D, dest)
+    assert got.digest == D
+    assert dest.read_bytes() == DATA
+
+
+def test_download_onto_a_full_disk_keeps_only_bytes_that_reached_the_file(tmp_path, monkeypatch):
+    """The disk fills up after 1 MiB (ENOSPC on a disk thread, then on every write): the download
+    fails with that error, and the partial file, which a later call resumes from, holds no byte
+    that was not written (no hole where the failed buffer was)."""
+    monkeypatch.setattr(directio, "_DEFAULT_POOL", directio.BufferPool(256 * 1024))
+    real = os.pwrite
+    written = 0
+
+    def full_after_a_mib(fd: int, data: memoryview, at: int) -> int:
+        nonlocal written
+        if written >= 1 << 20:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, data, at)
+        written += n
+        return n
+
+    monkeypatch.setattr(directio.os, "pwrite", full_after_a_mib)
+    dest = tmp_path / "x.incomplete"
+    with serve() as srv:
+        srv.route(OBJ, DATA, ranges=True)
+        with client(srv.url, retries=0) as c, pytest.raises(OSError) as caught:
+            c.get_object_to("ns", D, dest)
+    assert caught.value.errno == errno.ENOSPC
+    kept = dest.read_bytes()
+    assert 1 << 20 <= len(kept) < len(DATA)
+    assert DATA.startswith(kept)
 
 
 def test_download_larger_than_allowed_is_refused(tmp_path):

@@ -104,8 +104,9 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 class _Sink:
-    """The file a download writes to (through a pooled aligned buffer,
-    ``kvreg.fileio.directio``), the hash of everything in it, and the progress callback."""
+    """The file a download writes to (through pooled aligned buffers, a full one written by a
+    disk thread while the next fills, ``kvreg.fileio.directio``), the hash of everything in it,
+    and the progress callback."""
 
     def __init__(self, fd: int, start: int, progress_cb: ProgressCallback | None) -> None:
         self.fd = fd
@@ -163,12 +164,14 @@ class _Sink:
         os.fsync(self.fd)
 
     def abandon(self) -> None:
-        """Keep what was received in the file (a later call resumes from it); drop the buffer."""
+        """Keep what was received in the file (a later call resumes from it); drop the buffers."""
         try:
             self.writer.close()  # what was counted is good: write it, so the resume starts after it
         finally:
+            # If the close failed (a full disk), only the bytes written are kept: a resume must
+            # not hash a hole as if it had arrived.
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, self.offset)
+                os.ftruncate(self.fd, min(self.offset, self.writer.offset))
 
     def digest(self) -> Digest:
         return Digest.from_hex(self.hasher.hexdigest())

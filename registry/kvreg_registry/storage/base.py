@@ -21,6 +21,7 @@ Storage never deletes on its own; garbage collection calls :meth:`ObjectStorage.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -28,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import BinaryIO, ClassVar
+from typing import BinaryIO, ClassVar, Protocol
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError
@@ -78,6 +79,44 @@ class StoredObject:
     mtime: float  # seconds since the epoch
 
 
+class Fillable(Protocol):
+    """Buffers that :meth:`PendingObject.receive` reads into (``kvreg.fileio.directio.AlignedWriter``
+    is one): the free part of the current buffer, and how many bytes were put at its start."""
+
+    def free(self) -> memoryview: ...
+
+    def advance(self, n: int) -> None: ...
+
+
+class _Staged:
+    """One pooled buffer whose contents go to ``write`` when it is full and when drained."""
+
+    def __init__(self, pool: BufferPool, write: Callable[[memoryview], None]) -> None:
+        self._pool = pool
+        self._buffer = pool.acquire()
+        self._view = memoryview(self._buffer)
+        self._fill = 0
+        self._write = write
+
+    def free(self) -> memoryview:
+        if self._fill == len(self._view):
+            self.drain()
+        return self._view[self._fill :]
+
+    def advance(self, n: int) -> None:
+        self._fill += n
+
+    def drain(self) -> None:
+        if self._fill:
+            with self._view[: self._fill] as full:
+                self._write(full)
+            self._fill = 0
+
+    def release(self) -> None:
+        self._view.release()
+        self._pool.release(self._buffer)
+
+
 class PendingObject(ABC):
     """Bytes being uploaded whose digest is not yet verified; not visible until :meth:`commit`.
 
@@ -90,8 +129,9 @@ class PendingObject(ABC):
             new = pending.commit(expected)
 
     Backends implement :meth:`_write` (store a piece), :meth:`_publish` (make the
-    verified bytes visible) and :meth:`_discard` (drop everything); hashing, the
-    size and the state machine (open → committed | aborted) live here. A pending
+    verified bytes visible) and :meth:`_discard` (drop everything), and may offer
+    their own buffers to :meth:`receive` (:meth:`_receiving`); hashing, the size
+    and the state machine (open → committed | aborted) live here. A pending
     object is used by one thread at a time.
     """
 
@@ -121,35 +161,26 @@ class PendingObject(ABC):
         """Write everything ``read_into`` gives (it fills the start of a view and returns the count,
         0 at the end). Blocking: call it from a worker thread.
 
-        The pieces are read into one large buffer and each is hashed as soon as it is read,
-        while it is still in the CPU's cache; the buffer is stored when full (the socket keeps
-        receiving meanwhile).
+        The pieces are read into large buffers (the backend's own, see :meth:`_receiving`, or
+        one from ``pool``) and each is hashed as soon as it is read, while it is still in the
+        CPU's cache; a full buffer is stored while the socket is read into the next (on the
+        folder storage a disk thread writes it, ``kvreg.fileio.directio``).
         """
         if self._state != "open":
             raise ValueError(f"cannot write to an upload that is {self._state}")
-        pool = pool or default_pool()
-        buffer = pool.acquire()
-        view = memoryview(buffer)
         try:
-            while True:
-                filled = 0
-                while filled < len(view):
-                    n = read_into(view[filled:])
-                    if n == 0:
-                        break
-                    self._hash.update(view[filled : filled + n])
-                    filled += n
-                if filled:
-                    self._size += filled
-                    self._write(view[:filled])
-                if filled < len(view):
-                    return
+            with self._receiving(pool or default_pool()) as target:
+                while True:
+                    with target.free() as view:
+                        n = read_into(view)
+                        if n == 0:
+                            return
+                        self._hash.update(view[:n])
+                    target.advance(n)
+                    self._size += n
         except BaseException:
             self.abort()
             raise
-        finally:
-            view.release()
-            pool.release(buffer)
 
     @property
     def size(self) -> int:
@@ -237,6 +268,18 @@ class PendingObject(ABC):
     @abstractmethod
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         """Store a piece (already hashed and counted)."""
+
+    @contextlib.contextmanager
+    def _receiving(self, pool: BufferPool) -> Iterator[Fillable]:
+        """What :meth:`receive` reads into, stored by the end of the block. By default a buffer
+        from ``pool``, given to :meth:`_write` when full and at the end; a backend that keeps
+        buffers of its own (the folder storage's file writer) yields those instead."""
+        staged = _Staged(pool, self._write)
+        try:
+            yield staged
+            staged.drain()
+        finally:
+            staged.release()
 
     def _seal(self) -> None:  # noqa: B027 - optional: backends without a durable wait have nothing to do
         """Make the bytes written so far durable (they are complete and verified); nothing by

@@ -16,9 +16,9 @@ objects is not this module's job; readers verify what they read.
 
 There are no presigned URLs: the server sends the files itself (``open_local``: with
 ``sendfile`` where the server offers it, ``kvreg_registry.server_io``). Uploads are
-written through an aligned buffer, whole buffers with ``O_DIRECT``
-(``kvreg.fileio.directio``): on a virtual machine the page cache costs more CPU per
-GiB than hashing.
+written through aligned buffers, whole buffers with ``O_DIRECT`` by a disk thread while
+the next one fills (``kvreg.fileio.directio``): on a virtual machine the page cache costs
+more CPU per GiB than hashing.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from kvreg.fileio.atomicfile import TEMP_SUFFIX, fsync_dir, install, remove_quie
 from kvreg.fileio.directio import AlignedWriter, BufferPool
 from kvreg_registry.storage.base import (
     READ_PIECE,
+    Fillable,
     ObjectStorage,
     PendingObject,
     StoredObject,
@@ -54,8 +55,9 @@ _UPLOAD_PREFIX = "upload."
 
 
 class FolderPending(PendingObject):
-    """An upload into a temp file under ``<root>/tmp``, written through an aligned buffer
-    (``kvreg.fileio.directio``: whole buffers bypass the page cache where the filesystem allows)."""
+    """An upload into a temp file under ``<root>/tmp``, written through aligned buffers
+    (``kvreg.fileio.directio``: whole buffers bypass the page cache where the filesystem allows,
+    written by a disk thread while the next one fills)."""
 
     def __init__(self, storage: FolderStorage) -> None:
         super().__init__()
@@ -74,6 +76,14 @@ class FolderPending(PendingObject):
         if self._writer is None:  # pragma: no cover - the base class checks the state first
             raise ValueError("upload is closed")
         self._writer.write(data)
+
+    @contextlib.contextmanager
+    def _receiving(self, pool: BufferPool) -> Iterator[Fillable]:
+        """Straight into the file writer's buffers (not ``pool``'s): a full one goes to a disk
+        thread while the socket is read into the other; the rest is written at :meth:`_seal`."""
+        if self._writer is None:  # pragma: no cover - the base class checks the state first
+            raise ValueError("upload is closed")
+        yield self._writer
 
     def _seal(self) -> None:
         if self._writer is None or self._fd is None:  # pragma: no cover
