@@ -334,8 +334,7 @@ async def put_pack(
     upload_id: UploadPath,
     request: Request,
     access: NamespaceAccess = Depends(namespace_access),
-    x_kvreg_objects: str | None = Header(
-        default=None,
+    x_kvreg_objects: str = Header(
         description="the objects, in body order: sha256:<hex>=<size>,sha256:<hex>=<size>,...",
         json_schema_extra=documented(HEADER_PATTERN),
     ),
