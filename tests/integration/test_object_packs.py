@@ -136,6 +136,18 @@ def test_a_pack_of_held_objects_stores_nothing_new(registry: Registry) -> None:
         assert [o["log_index"] for o in third] == [before, before + 1]
 
 
+def test_a_digest_the_session_does_not_list_is_added_as_a_put_adds_it(registry: Registry) -> None:
+    ns = registry.namespace()
+    blobs = _blobs(2)
+    digests = [Digest.of_bytes(b) for b in blobs]
+    with registry.admin() as c:
+        upload = _open(c, ns, digests[:1])
+        r = _pack(c, ns, upload, blobs)
+        assert r.status_code == 200, r.text
+        assert [o["digest"] for o in r.json()["objects"]] == digests
+        assert c.post(f"/namespaces/{ns}/objects/missing", json={"digests": digests}).json()["missing"] == []
+
+
 def _refusals(
     c: httpx.Client, ns: str, upload: str, blobs: list[bytes]
 ) -> list[tuple[str, dict[str, str], bytes, int, str]]:

@@ -309,7 +309,7 @@ async def _store_from_messages(
                 await run_in_threadpool(receiver.feed, pieces)
                 pieces, held = [], 0
         await run_in_threadpool(receiver.feed, pieces)
-        receiver.end()
+        await run_in_threadpool(receiver.end)
         return await run_in_threadpool(_commit, st, who, ns, items, receiver.sealed())
 
 
