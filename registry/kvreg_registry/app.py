@@ -26,6 +26,7 @@ from kvreg_registry.api.routes_compliance import router as compliance_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
 from kvreg_registry.api.routes_oci import router as oci_router
+from kvreg_registry.api.routes_packs import router as packs_router
 from kvreg_registry.api.routes_router import router as router_router
 from kvreg_registry.settings import Settings
 from kvreg_registry.state import open_state
@@ -64,10 +65,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         max_object_bytes=settings.max_object_bytes,
         max_json_bytes=settings.max_json_bytes,
+        max_pack_bytes=settings.max_pack_bytes,
     )
     for router in (
         admin_router,
         objects_router,
+        packs_router,
         artifacts_router,
         log_router,
         compliance_router,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
@@ -104,6 +105,87 @@ def append(
         LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
     )
     return size
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """One entry for :func:`append_many` (the arguments of :func:`append`)."""
+
+    type: str
+    actor: str | None
+    namespace: str | None = None
+    subjects: Sequence[str] = ()
+    old: Any = None
+    new: Any = None
+    details: Mapping[str, Any] | None = None
+
+
+def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
+    """Append several entries in ``session``'s transaction, in order, and return their sequence
+    numbers: the same entries, leaves and nodes as one :func:`append` each (they share one
+    timestamp), in one statement per table instead of five per entry (an object pack holds
+    up to hundreds of objects, each with its ``object.held`` entry)."""
+    if not entries:
+        return []
+    count = len(entries)
+    end = session.execute(
+        update(LogHead).where(LogHead.id == 1).values(size=LogHead.size + count).returning(LogHead.size)
+    ).scalar_one()
+    first = end - count
+    now = utcnow()
+    time = _iso(now)
+    rows: list[dict[str, Any]] = []
+    subject_rows: list[dict[str, Any]] = []
+    leaves: list[bytes] = []
+    for seq, e in enumerate(entries, start=first):
+        body: dict[str, Any] = {
+            "seq": seq,
+            "time": time,
+            "type": e.type,
+            "actor": e.actor,
+            "namespace": e.namespace,
+            "subjects": [str(s) for s in e.subjects],
+            "old": e.old,
+            "new": e.new,
+            "details": dict(e.details or {}),
+        }
+        entry = canonical_json(body)
+        leaf = leaf_hash(entry)
+        leaves.append(leaf)
+        rows.append(
+            {
+                "seq": seq,
+                "created_at": now,
+                "type": e.type,
+                "actor": e.actor,
+                "namespace": e.namespace,
+                "entry": entry,
+                "leaf_hash": leaf,
+            }
+        )
+        subject_rows += [{"digest": d, "seq": seq} for d in subject_digests(body["subjects"], e.old, e.new)]
+    session.execute(AuditEntry.__table__.insert(), rows)
+    for _ in rows:  # counted per entry, as the appends one by one count it
+        crash_point("registry.log.after_entry")
+    if subject_rows:
+        session.execute(AuditSubject.__table__.insert(), subject_rows)
+    # The siblings stored before this batch are read in one query; the others are made by it.
+    wanted = {
+        (level, idx)
+        for seq in range(first, end)
+        for level, idx in logtree.siblings_for_append(seq)
+        if (idx + 1) << level <= first
+    }
+    known = read_nodes(session, wanted)
+    new_nodes: list[tuple[int, int, bytes]] = []
+    for seq, leaf in zip(range(first, end), leaves, strict=True):
+        made = logtree.nodes_after_append(seq, leaf, lambda level, idx: known[(level, idx)])
+        known.update(((lv, ix), h) for lv, ix, h in made)
+        new_nodes += made
+    session.execute(
+        LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
+    )
+    return list(range(first, end))
 
 
 def read_nodes(session: Session, wanted: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:

@@ -20,6 +20,8 @@ variable                       meaning                                         d
 ``KVREG_MAX_OBJECT_BYTES``     largest object accepted                         8 GiB
 ``KVREG_MAX_JSON_BYTES``       largest JSON body (envelopes, queries)          16 MiB
 ``KVREG_MAX_MISSING_DIGESTS``  digests per missing query                       100000
+``KVREG_MAX_PACK_OBJECTS``     objects per object pack (one POST)              256
+``KVREG_MAX_PACK_BYTES``       bytes per object pack                           256 MiB
 ``KVREG_UPLOAD_TTL_SECONDS``   how long an upload session protects objects     3600
 ``KVREG_GC_GRACE_SECONDS``     default GC grace period                         3600
 ``KVREG_LOG_KEY_FILE``         the audit log's Ed25519 signing key (PEM);      ``<data>/log.key``
@@ -114,6 +116,8 @@ class Settings:
     max_object_bytes: int = 8 * GIB
     max_json_bytes: int = 16 * MIB
     max_missing_digests: int = 100_000
+    max_pack_objects: int = 256
+    max_pack_bytes: int = 256 * MIB
     upload_ttl_seconds: int = 3600
     gc_grace_seconds: int = 3600
     log_key_file: Path | None = None
@@ -147,6 +151,8 @@ class Settings:
             max_object_bytes=_int(e, "MAX_OBJECT_BYTES", 8 * GIB),
             max_json_bytes=_int(e, "MAX_JSON_BYTES", 16 * MIB),
             max_missing_digests=_int(e, "MAX_MISSING_DIGESTS", 100_000),
+            max_pack_objects=_int(e, "MAX_PACK_OBJECTS", 256),
+            max_pack_bytes=_int(e, "MAX_PACK_BYTES", 256 * MIB),
             upload_ttl_seconds=_int(e, "UPLOAD_TTL_SECONDS", 3600),
             gc_grace_seconds=_int(e, "GC_GRACE_SECONDS", 3600, minimum=0),
             migrate_on_start=_bool(e, "MIGRATE_ON_START", True),

@@ -10,6 +10,7 @@ server thread stops with :meth:`close`.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 
 _OBJECT = re.compile(r"/api/v1/namespaces/[^/]+/objects/sha256:[0-9a-f]{64}$")
+#: An object pack (several objects in one POST).
+PACK = re.compile(r"/api/v1/namespaces/[^/]+/uploads/[^/]+/objects$")
 #: Hop-by-hop and length headers a proxy must not copy from one connection to the other.
 HOP_HEADERS = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
 
@@ -68,11 +71,15 @@ class StallingProxy:
         allow: int,
         fail_first: int = 0,
         pattern: re.Pattern[str] = _OBJECT,
+        hide_packs: bool = False,
     ) -> None:
         """Stall the transfer after ``allow`` ones; before that, answer the first ``fail_first``
         transfers with ``503`` (a transient failure the client must retry). ``pattern``: the
-        paths that are transfers (default: kvreg objects; an OCI test passes blob paths)."""
+        paths that are transfers (default: kvreg objects; an OCI test passes blob paths;
+        :data:`PACK` object packs). ``hide_packs``: the registry looks like one without object
+        packs (``max_pack_objects`` is taken out of its limits), so a push sends one PUT each."""
         self.pattern = pattern
+        self.hide_packs = hide_packs
         self.upstream = upstream
         self.method = method
         self.allow = allow
@@ -112,25 +119,30 @@ class StallingProxy:
                             stall = True
                         else:
                             proxy.passed += 1
-                if stall and self.command == "PUT":
+                if stall and self.command in ("PUT", "POST"):
                     proxy.stalled.set()
                     proxy.release.wait(120)
                     return
                 r = forward(self, proxy.upstream, body, proxy._http)
+                content = r.content
+                if proxy.hide_packs and self.command == "GET" and self.path.rstrip("/") == "/api/v1":
+                    info = json.loads(content)
+                    info["limits"].pop("max_pack_objects", None)
+                    content = json.dumps(info).encode()
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():
                     if k.lower() not in HOP_HEADERS:
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
+                self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
                 if stall:
-                    self.wfile.write(r.content[: len(r.content) // 2])
+                    self.wfile.write(content[: len(content) // 2])
                     self.wfile.flush()
                     proxy.stalled.set()
                     proxy.release.wait(120)
                     return
                 if self.command != "HEAD":
-                    self.wfile.write(r.content)
+                    self.wfile.write(content)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 

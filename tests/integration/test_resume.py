@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cli.helpers import kvreg, kvreg_env
 
 from .conftest import object_sizes
-from .proxy import StallingProxy
+from .proxy import PACK, StallingProxy
 from .registry_server import Registry
 from .test_push_pull import _pusher
 
@@ -92,7 +94,7 @@ def test_killed_push_resumes_sending_only_what_is_missing(
     sizes = object_sizes(depositor["home"], depositor["manifests"]["p07"])
 
     allow = 2
-    proxy = StallingProxy(registry.url, method="PUT", allow=allow)
+    proxy = StallingProxy(registry.url, method="PUT", allow=allow, hide_packs=True)  # one PUT per object
     try:
         kvreg(home, "remote", "add", "flaky", proxy.url)
         kvreg(home, "login", "flaky", "--token", token)
@@ -114,7 +116,40 @@ def test_killed_push_resumes_sending_only_what_is_missing(
     os.environ.get("KVREG_HOME")  # the tests never touch the user's own store
 
 
-def test_transient_failures_are_retried(registry: Registry, depositor: dict[str, Any], make_home) -> None:
+def test_killed_push_of_a_pack_stores_nothing_and_resumes(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    """A push killed while its object pack is on the wire leaves nothing: the pack is all or
+    nothing, and the next push sends every object again."""
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    token = registry.user({ns: "write"})
+    home = _pusher(depositor, make_home(registry, token))
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07"])
+    proxy = StallingProxy(registry.url, method="POST", allow=0, pattern=PACK)
+    try:
+        kvreg(home, "remote", "add", "flaky", proxy.url)
+        kvreg(home, "login", "flaky", "--token", token)
+        proc = _start(home, "push", "flaky", "src/p07", "--as", f"{ns}/p07", "-j", "1")
+        _kill_when_stalled(proc, proxy)
+    finally:
+        proxy.close()
+    with registry.http(token) as c:
+        assert c.get(f"/namespaces/{ns}/refs/p07").status_code == 404
+        missing = c.post(f"/namespaces/{ns}/objects/missing", json={"digests": list(sizes)}).json()
+        assert sorted(missing["missing"]) == sorted(sizes)
+
+    report = kvreg(home, "--json", "push", "origin", "src/p07", "--as", f"{ns}/p07").json
+    assert report["objects_sent"] == len(sizes) and report["ref_changed"] is True
+    dst = make_home(registry, token, trust={ns: depositor["public_key"]})
+    kvreg(dst, "pull", "origin", f"{ns}/p07")
+    kvreg(dst, "verify", f"{ns}/p07")
+
+
+@pytest.mark.parametrize("packs", [True, False], ids=["packs", "puts"])
+def test_transient_failures_are_retried(
+    registry: Registry, depositor: dict[str, Any], make_home, packs: bool
+) -> None:
     """503s from the registry (or a proxy before it) are retried with backoff, pushes and pulls complete."""
     ns = registry.namespace()
     registry.register_key(ns, depositor["public_key"])
@@ -125,7 +160,12 @@ def test_transient_failures_are_retried(registry: Registry, depositor: dict[str,
         ("PUT", ("push", "flaky", "src/p07", "--as", f"{ns}/p07")),
         ("GET", ("pull", "flaky", f"{ns}/p07", "--as", "local/p07")),
     ):
-        proxy = StallingProxy(registry.url, method=method, allow=10_000, fail_first=3)
+        if method == "GET" and packs:
+            continue  # a pull is the same either way
+        if method == "PUT" and packs:
+            proxy = StallingProxy(registry.url, method="POST", allow=10_000, fail_first=3, pattern=PACK)
+        else:
+            proxy = StallingProxy(registry.url, method=method, allow=10_000, fail_first=3, hide_packs=True)
         try:
             if method == "PUT":
                 target = home

@@ -7,16 +7,18 @@ import concurrent.futures
 import datetime as dt
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
+from kvreg.core import logtree
 from kvreg.core.errors import AlreadyExistsError, ForbiddenError, NamespaceNotFoundError, UnauthenticatedError
 from kvreg.core.merkle import leaf_hash
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal, authenticate, hash_token
 from kvreg_registry.db.engine import Database, upgrade
-from kvreg_registry.db.models import ApiToken, AuditEntry, LogHead
+from kvreg_registry.db.models import ApiToken, AuditEntry, AuditSubject, LogHead, LogNode
 from kvreg_registry.services import accounts
 
 ROOT = Principal(user_id=None, name="test-admin", is_admin=True)
@@ -56,6 +58,52 @@ def test_concurrent_appends_are_gap_free(db: Database) -> None:
         assert e.leaf_hash == leaf_hash(e.entry)
     with db.read() as s:
         assert s.scalar(select(LogHead.size)) == 60
+
+
+def test_append_many_is_the_same_as_appends_one_by_one(db: Database, tmp_path: Path) -> None:
+    """Batches of many lengths, at many positions of the tree: the same entries (but one time
+    each batch), subjects and stored nodes as single appends, and the nodes are the tree's
+    (the leaves hash the time, so the hashes are checked against the tree of the leaves)."""
+    digest = "sha256:" + "ab" * 32
+    single_url = f"sqlite:///{tmp_path / 'single.sqlite3'}"
+    upgrade(single_url)
+    single = Database(single_url)
+    n = 0
+    for batch in (1, 3, 0, 2, 5, 1, 8, 13):
+        entries = [
+            audit.NewEntry("held", actor="a", namespace="ns", subjects=[digest], details={"i": n + i})
+            for i in range(batch)
+        ]
+        with db.write() as s:
+            assert audit.append_many(s, entries) == list(range(n, n + batch))
+        for e in entries:
+            with single.write() as s:
+                audit.append(
+                    s, e.type, actor=e.actor, namespace=e.namespace, subjects=e.subjects, details=e.details
+                )
+        n += batch
+
+    def dump(database: Database) -> tuple[list[Any], list[tuple[int, int, bytes]], list[tuple[str, int]]]:
+        with database.read() as s:
+            rows = s.scalars(select(AuditEntry).order_by(AuditEntry.seq))
+            entries = [(e.seq, json.loads(e.entry)) for e in rows]
+            stored = s.execute(select(LogNode.level, LogNode.idx, LogNode.hash))
+            nodes = sorted((int(lv), int(ix), bytes(h)) for lv, ix, h in stored)
+            pairs = s.execute(select(AuditSubject.digest, AuditSubject.seq))
+            subjects = sorted((str(d), int(q)) for d, q in pairs)
+            size = s.scalar(select(LogHead.size))
+        assert size == n
+        for _, doc in entries:
+            doc.pop("time")
+        return entries, nodes, subjects
+
+    batched, alone = dump(db), dump(single)
+    single.dispose()
+    assert batched[0] == alone[0] and batched[2] == alone[2]  # the entries (but their time), subjects
+    assert [node[:2] for node in batched[1]] == [node[:2] for node in alone[1]]  # the same nodes stored
+    with db.read() as s:
+        leaves = [bytes(h) for h in s.scalars(select(AuditEntry.leaf_hash).order_by(AuditEntry.seq))]
+    assert {(lv, ix): h for lv, ix, h in batched[1]} == logtree.from_leaves(leaves)
 
 
 def test_a_failed_change_leaves_no_entry(db: Database) -> None:

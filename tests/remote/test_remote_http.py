@@ -265,6 +265,44 @@ def test_put_object_streams_the_file_with_its_length(tmp_path):
     assert any(n < 0 for n in progress)
 
 
+def test_put_objects_sends_one_body_with_the_header_and_retries_it_whole(tmp_path):
+    blobs = [bytes(range(256)) * 9000, b"", b"small"]  # one > 2 MiB: several sendfile pieces
+    items = []
+    for i, data in enumerate(blobs):
+        path = tmp_path / f"obj{i}"
+        path.write_bytes(data)
+        items.append((Digest.of_bytes(data), path, len(data)))
+    answer = {"objects": [{"digest": d, "size": n, "stored": i != 1} for i, (d, _, n) in enumerate(items)]}
+    url = f"{NS}/uploads/u1/objects"
+    progress: list[int] = []
+    with serve() as srv:
+        srv.route(url, answer, method="POST")
+        srv.fail[url] = [503]
+        with client(srv.url) as c:
+            result = c.put_objects("ns", "u1", items, progress_cb=progress.append)
+        posts = srv.requests("POST", url)
+        assert len(posts) == 2 and all(p.body == b"".join(blobs) for p in posts)
+        assert posts[0].headers["Content-Length"] == str(sum(map(len, blobs)))
+        assert posts[0].headers["X-Kvreg-Objects"] == ",".join(f"{d}={n}" for d, _, n in items)
+    expected = [(d, n, i != 1) for i, (d, _, n) in enumerate(items)]
+    assert [(r.digest, r.size, r.stored) for r in result] == expected
+    assert sum(progress) == sum(map(len, blobs)) and any(n < 0 for n in progress)
+
+
+def test_put_objects_refuses_an_answer_that_does_not_match(tmp_path):
+    path = tmp_path / "obj"
+    path.write_bytes(b"abc")
+    d = Digest.of_bytes(b"abc")
+    other = Digest.of_bytes(b"other")
+    with serve() as srv:
+        srv.route(f"{NS}/uploads/u1/objects", {"objects": [{"digest": other, "stored": True}]}, method="POST")
+        with client(srv.url) as c, pytest.raises(RemoteError, match="does not name"):
+            c.put_objects("ns", "u1", [(d, path, 3)])
+        srv.route(f"{NS}/uploads/u1/objects", body("DIGEST_MISMATCH", "no"), method="POST", status=422)
+        with client(srv.url) as c, pytest.raises(DigestMismatchError):
+            c.put_objects("ns", "u1", [(d, path, 3)])
+
+
 def test_put_object_of_a_file_with_the_wrong_size(tmp_path):
     path = tmp_path / "obj"
     path.write_bytes(b"short")

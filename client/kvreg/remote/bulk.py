@@ -5,10 +5,10 @@ body goes through httpcore and h11 as a new ``bytes`` object, which cost the cli
 about 5 CPU seconds per GiB pulled (bench/push_pull.py, docs/benchmarks.md). This
 module moves object bodies with the standard library's ``http.client`` instead:
 
-- **uploads** go from the file to the socket with ``socket.sendfile`` (the kernel
-  copies; Python never sees the bytes), in pieces of a few MiB so that progress is
-  reported; over TLS, where ``sendfile`` cannot encrypt, a reused buffer is read
-  into and sent;
+- **uploads** (one file, or several files as one body: an object pack) go from the
+  file to the socket with ``socket.sendfile`` (the kernel copies; Python never sees
+  the bytes), in pieces of a few MiB so that progress is reported; over TLS, where
+  ``sendfile`` cannot encrypt, a reused buffer is read into and sent;
 - **downloads** are read with ``HTTPResponse.readinto`` straight into the caller's
   buffer (for ``kvreg.remote.session``: a pooled, page-aligned one that is then
   hashed and written with ``O_DIRECT``), so a GiB costs a few hundred large reads.
@@ -31,8 +31,9 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
@@ -55,9 +56,10 @@ Origin = tuple[str, str, int]
 
 @dataclass(frozen=True, slots=True)
 class FileBody:
-    """``size`` bytes of the open binary file ``file`` from ``offset``: a request body."""
+    """``size`` bytes of the open binary file ``file`` (or of the file at a path, opened only
+    while it is sent) from ``offset``: a request body."""
 
-    file: BinaryIO
+    file: BinaryIO | Path
     offset: int
     size: int
 
@@ -171,11 +173,12 @@ class BulkHttp:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: FileBody | None = None,
+        body: FileBody | Sequence[FileBody] | None = None,
         progress_cb: Callable[[int], None] | None = None,
     ) -> Iterator[BulkResponse]:
         """Send one request and yield its answer; the connection goes back to the pool
-        if the answer was read to its end, and is closed otherwise.
+        if the answer was read to its end, and is closed otherwise. A sequence of file
+        bodies is sent as one body, each in turn (an object pack).
 
         A kept connection the server has closed meanwhile is detected on the first
         write or on the status line, and the request is sent once more on a new
@@ -184,6 +187,8 @@ class BulkHttp:
         """
         origin = origin_of(url)
         target = _target(url)
+        parts = [] if body is None else [body] if isinstance(body, FileBody) else list(body)
+        length = None if body is None else sum(part.size for part in parts)
         conn, reused = self._checkout(origin)
         sent = [0]
 
@@ -194,14 +199,14 @@ class BulkHttp:
 
         try:
             try:
-                response = self._exchange(conn, method, target, headers, body, counted)
+                response = self._exchange(conn, method, target, headers, parts, length, counted)
             except TRANSPORT_ERRORS:
                 conn.close()
                 if not reused or sent[0]:  # a body under way is the caller's to send again
                     raise
                 log.debug("kept connection to %s:%d was closed; sending again on a new one", *origin[1:])
                 conn = self._connect(origin)
-                response = self._exchange(conn, method, target, headers, body, counted)
+                response = self._exchange(conn, method, target, headers, parts, length, counted)
             answer = BulkResponse(response.status, httpx.Headers(response.getheaders()), response, conn.sock)
             yield answer
         except BaseException:
@@ -220,7 +225,8 @@ class BulkHttp:
         method: str,
         target: str,
         headers: Mapping[str, str],
-        body: FileBody | None,
+        parts: Sequence[FileBody],
+        length: int | None,
         progress_cb: Callable[[int], None] | None,
     ) -> http.client.HTTPResponse:
         if getattr(conn, "sock", None) is None:
@@ -229,12 +235,13 @@ class BulkHttp:
         conn.putrequest(method, target, skip_accept_encoding=True)
         for name, value in headers.items():
             conn.putheader(name, value)
-        if body is not None:
-            conn.putheader("Content-Length", str(body.size))
+        if length is not None:
+            conn.putheader("Content-Length", str(length))
         conn.endheaders()
-        if body is not None:
+        if parts:
             try:
-                _send_body(conn.sock, body, progress_cb)
+                for part in parts:
+                    _send_body(conn.sock, part, progress_cb)
             except TRANSPORT_ERRORS:
                 # The server may have answered before reading the whole body (a refusal:
                 # 403, 413) and closed; its answer says more than the broken pipe.
@@ -307,10 +314,15 @@ def _send_body(sock: socket.socket | None, body: FileBody, progress_cb: Callable
     (TLS, where the kernel cannot encrypt; a file object without a descriptor)."""
     if sock is None:  # pragma: no cover - connected by the caller
         raise ConnectionError("not connected")
+    if isinstance(body.file, Path):  # one file of a pack: open while it is sent
+        with body.file.open("rb") as f:
+            _send_body(sock, FileBody(f, body.offset, body.size), progress_cb)
+        return
+    file = body.file
     offset, remaining = body.offset, body.size
-    if not isinstance(sock, ssl.SSLSocket) and _has_fileno(body.file):
+    if not isinstance(sock, ssl.SSLSocket) and _has_fileno(file):
         while remaining > 0:
-            sent = sock.sendfile(body.file, offset, min(SEND_PIECE, remaining))
+            sent = sock.sendfile(file, offset, min(SEND_PIECE, remaining))
             if sent <= 0:
                 raise _short_file(body, body.size - remaining)
             offset += sent
@@ -322,10 +334,10 @@ def _send_body(sock: socket.socket | None, body: FileBody, progress_cb: Callable
     buffer = pool.acquire()
     view = memoryview(buffer)
     try:
-        body.file.seek(offset)
+        file.seek(offset)
         while remaining > 0:
             piece = view[: min(len(view), remaining)]
-            n = body.file.readinto(piece)  # type: ignore[attr-defined]
+            n = file.readinto(piece)  # type: ignore[attr-defined]
             if not n:
                 raise _short_file(body, body.size - remaining)
             sock.sendall(piece[:n])

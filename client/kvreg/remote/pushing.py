@@ -4,8 +4,9 @@
 trust policy as every other reader does; opens upload sessions listing every
 object the manifest references (the registry answers which are missing and keeps
 the listed objects safe from its GC until the session closes); uploads the
-missing ones in parallel, streamed from the store's files; uploads the exact
-envelope bytes; then reads the remote ref and moves it by compare-and-swap from
+missing ones in parallel, streamed from the store's files (several small ones in
+one request, an object pack, where the registry takes them: ``kvreg.remote.packing``);
+uploads the exact envelope bytes; then reads the remote ref and moves it by compare-and-swap from
 the value it just read (``If-None-Match: *`` when absent); and closes the
 sessions. Objects, then envelope, then ref: a reader never sees a ref whose
 objects are missing. Running it again after an interruption sends only what is
@@ -52,6 +53,7 @@ from kvreg.remote.api.objects import DEFAULT_MAX_MISSING_DIGESTS
 from kvreg.remote.api.refs import RefValue
 from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
+from kvreg.remote.packing import PACK_BYTES, plan_packs
 from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
 from kvreg.store import absence
 from kvreg.store.artifacts import open_artifact
@@ -142,15 +144,28 @@ def push(
         missing = list(dict.fromkeys(missing))
         progress.start(sum(sizes[d] for d in missing), len(missing))
 
-        def send(d: Digest) -> None:
+        pack_objects = client.limit("max_pack_objects", 0)  # 0: a registry without packs
+        pack_bytes = client.limit("max_pack_bytes", PACK_BYTES)
+
+        def plan(wanted: list[Digest]) -> list[list[Digest]]:
+            if pack_objects < 2:
+                return [[d] for d in wanted]
+            return plan_packs(wanted, sizes, session_of, max_objects=pack_objects, max_bytes=pack_bytes)
+
+        def send(pack: list[Digest]) -> None:
             if stop.is_set():
                 raise Cancelled
-            client.put_object(
-                ns, d, home.objects.path(d), sizes[d], upload_id=session_of[d], progress_cb=counter.advance
-            )
-            counter.done()
+            if len(pack) == 1:
+                d = pack[0]
+                path, upload_id = home.objects.path(d), session_of[d]
+                client.put_object(ns, d, path, sizes[d], upload_id=upload_id, progress_cb=counter.advance)
+            else:
+                items = [(d, home.objects.path(d), sizes[d]) for d in pack]
+                client.put_objects(ns, session_of[pack[0]], items, progress_cb=counter.advance)
+            for _ in pack:
+                counter.done()
 
-        run_parallel(missing, send, jobs, stop)
+        run_parallel(plan(missing), send, jobs, stop)
         crash_point("client.push.after_objects")
         try:
             stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
@@ -159,7 +174,7 @@ def push(
             if not again:
                 raise
             log.warning("the registry lost %d objects during the push; sending them again", len(again))
-            run_parallel(again, send, jobs, stop)
+            run_parallel(plan(again), send, jobs, stop)
             stored_envelope = client.store_envelope(ns, digest, envelope_bytes)
         envelope_new = stored_envelope.created
         crash_point("client.push.after_envelope")

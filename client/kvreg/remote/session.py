@@ -449,10 +449,47 @@ class HttpSession:
                 on_retry=rewind,
             )
 
+    def upload_files(
+        self,
+        url: str,
+        files: Sequence[tuple[Path, int, Digest]],
+        *,
+        expect: Sequence[int],
+        headers: Mapping[str, str],
+        progress_cb: ProgressCallback | None = None,
+        method: str = "POST",
+    ) -> Reply:
+        """POST (or ``method``) several files as one body, each ``(path, size, digest)`` in turn,
+        with retries, as :meth:`upload` sends one (an object pack: ``Content-Length`` is the sum;
+        each file is opened only while it is sent, so a pack of hundreds holds one descriptor).
+        A file that does not hold exactly its size raises ``StoreError`` before anything is sent."""
+        for path, size, digest in files:
+            _check_body_size(path, 0, size, digest)
+        bodies = [FileBody(path, 0, size) for path, size, _ in files]
+        sent = [0]
+
+        def counted(n: int) -> None:
+            sent[0] += n
+            if progress_cb is not None:
+                progress_cb(n)
+
+        def rewind() -> None:
+            if progress_cb is not None and sent[0]:
+                progress_cb(-sent[0])
+            sent[0] = 0
+
+        return self._retrying(
+            method,
+            url,
+            lambda _: self._upload_attempt(url, bodies, headers, expect, counted, method),
+            budget=self.retries,
+            on_retry=rewind,
+        )
+
     def _upload_attempt(
         self,
         url: str,
-        body: FileBody,
+        body: FileBody | Sequence[FileBody],
         headers: Mapping[str, str],
         expect: Sequence[int],
         progress_cb: ProgressCallback,

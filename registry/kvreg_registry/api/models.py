@@ -68,6 +68,10 @@ class ObjectStored(BaseModel):
     )
 
 
+class PackStored(BaseModel):
+    objects: list[ObjectStored] = Field(description="the pack's objects, in the order they were sent")
+
+
 class NamespaceIn(Strict):
     name: str = Field(json_schema_extra=documented(NAMESPACE_PATTERN))
     public: StrictBool = False
@@ -232,6 +236,8 @@ class Limits(BaseModel):
     max_object_bytes: int
     max_json_bytes: int
     max_missing_digests: int
+    max_pack_objects: int = Field(description="objects per object pack (POST .../uploads/{id}/objects)")
+    max_pack_bytes: int = Field(description="bytes per object pack, all objects together")
     max_route_keys: int = Field(description="block keys per POST /route")
 
 

@@ -58,6 +58,8 @@ def info(request: Request) -> m.ServerInfo:
             max_object_bytes=st.settings.max_object_bytes,
             max_json_bytes=st.settings.max_json_bytes,
             max_missing_digests=st.settings.max_missing_digests,
+            max_pack_objects=st.settings.max_pack_objects,
+            max_pack_bytes=st.settings.max_pack_bytes,
             max_route_keys=router_service.MAX_KEYS,
         ),
     )

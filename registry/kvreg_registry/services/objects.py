@@ -139,6 +139,34 @@ def open_session_lists(session: Session, ns: Namespace, upload_id: str, digest: 
     return bool(session.scalar(select(exists(listed))))
 
 
+def unlisted_in_open_session(
+    session: Session, ns: Namespace, upload_id: str, digests: Sequence[str]
+) -> list[str]:
+    """The ``digests`` that ``upload_id``, an open session of ``ns``, does not list (all of them when it
+    is not one: :func:`get_open_session` then says why), in one query per 500 digests (an object
+    pack's check, as :func:`open_session_lists` is a single PUT's)."""
+    try:
+        uuid.UUID(upload_id)
+    except (ValueError, TypeError):
+        raise RequestInvalidError(f"not an upload id: {upload_id!r}") from None
+    listed: set[str] = set()
+    for batch in _batches(digests):
+        listed.update(
+            session.scalars(
+                select(UploadDigest.digest)
+                .join(UploadSession, UploadSession.id == UploadDigest.upload_id)
+                .where(
+                    UploadDigest.upload_id == upload_id,
+                    UploadDigest.digest.in_(batch),
+                    UploadSession.namespace_id == ns.id,
+                    UploadSession.closed_at.is_(None),
+                    UploadSession.expires_at > utcnow(),
+                )
+            ).all()
+        )
+    return [d for d in digests if d not in listed]
+
+
 def get_open_session(session: Session, ns: Namespace, upload_id: str) -> UploadSession:
     try:
         uuid.UUID(upload_id)

@@ -1,8 +1,9 @@
 """Objects of a registry namespace: upload sessions, the missing-object query, uploads, downloads.
 
-``PUT``/``GET .../objects/{digest}`` stream; downloads resume and are hashed by the
-transport (``kvreg.remote.session``); this module does not compare the digest of a
-download with the one asked for, nor touch the local store (``kvreg.remote.pulling`` does).
+``PUT``/``GET .../objects/{digest}`` and object packs (``POST .../uploads/{id}/objects``)
+stream; downloads resume and are hashed by the transport (``kvreg.remote.session``); this
+module does not compare the digest of a download with the one asked for, nor touch the
+local store (``kvreg.remote.pulling`` does).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from kvreg.core.errors import NotFoundError, RemoteError, StoreError
 from kvreg.remote.api.core import ApiCore, jsonable_digests
 from kvreg.remote.session import Download, ProgressCallback
 
-__all__ = ["DEFAULT_MAX_MISSING_DIGESTS", "UPLOAD_HEADER", "ObjectsApi", "StoredObject"]
+__all__ = ["DEFAULT_MAX_MISSING_DIGESTS", "OBJECTS_HEADER", "UPLOAD_HEADER", "ObjectsApi", "StoredObject"]
 
 UPLOAD_HEADER = "X-Kvreg-Upload"
+#: The header of an object pack that lists its objects: ``sha256:<hex>=<size>,...`` in body order.
+OBJECTS_HEADER = "X-Kvreg-Objects"
 DEFAULT_MAX_MISSING_DIGESTS = 1000
 
 
@@ -113,6 +116,49 @@ class ObjectsApi(ApiCore):
             raise RemoteError(f"the registry stored {got!r} when sent {digest}")
         stored = doc.get("stored")
         return StoredObject(digest, size, stored if isinstance(stored, bool) else reply.status == 201)
+
+    def put_objects(
+        self,
+        namespace: str,
+        upload_id: str,
+        items: Sequence[tuple[Digest, Path, int]],
+        progress_cb: ProgressCallback | None = None,
+    ) -> list[StoredObject]:
+        """Upload several objects of the upload session ``upload_id`` in one request (an object
+        pack: ``POST .../uploads/{id}/objects``), each ``(digest, file, size)`` streamed from its
+        file with ``sendfile``, in order.
+
+        The registry stores all of them or none: one object that does not hash to its digest
+        refuses the pack (``DigestMismatchError``, exit 3). At most the registry's
+        ``max_pack_objects`` objects and ``max_pack_bytes`` bytes (``limit()``); a registry
+        without packs answers 404 or 405. A retry sends the whole pack again (``progress_cb``
+        then gets the negative count of the bytes sent before).
+        """
+        digests = [Digest(d) for d, _, _ in items]
+        for d, _, size in items:
+            if size < 0:
+                raise StoreError(f"object {d}: negative size {size}")
+        headers = {
+            "Content-Type": "application/octet-stream",
+            OBJECTS_HEADER: ",".join(f"{d}={size}" for d, (_, _, size) in zip(digests, items, strict=True)),
+        }
+        reply = self._session.upload_files(
+            self._ns_url(namespace, "uploads", upload_id, "objects"),
+            [(Path(path), size, d) for d, (_, path, size) in zip(digests, items, strict=True)],
+            expect=(200,),
+            headers=headers,
+            progress_cb=progress_cb,
+        )
+        answer = self._json(reply, f"object pack of {len(items)} objects").get("objects")
+        if not isinstance(answer, list) or len(answer) != len(items):
+            raise RemoteError(f"the registry's answer to an object pack of {len(items)} objects is malformed")
+        out: list[StoredObject] = []
+        for d, (_, _, size), doc in zip(digests, items, answer, strict=True):
+            if not isinstance(doc, dict) or doc.get("digest") != d:
+                raise RemoteError(f"the registry's answer to an object pack does not name {d} in its place")
+            stored = doc.get("stored")
+            out.append(StoredObject(d, size, stored if isinstance(stored, bool) else False))
+        return out
 
     def get_object_to(
         self,
