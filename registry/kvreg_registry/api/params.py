@@ -48,9 +48,10 @@ def documented(pattern: str) -> Callable[[dict[str, Any]], None]:
     return extra
 
 
-#: The largest row id (a 32-bit INTEGER column): a larger one is 400, never a database error.
+#: The largest row id (a 32-bit INTEGER column). Ids outside 1..MAX_ID are refused (422) before
+#: any query: a huge one would be a database error on PostgreSQL.
 MAX_ID = 2**31 - 1
-IdPath = Annotated[int, Path(le=MAX_ID)]
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 # Path parameters, with their documented formats.
 NsPath = Annotated[str, Path(description="a namespace", json_schema_extra=documented(NAMESPACE_PATTERN))]
