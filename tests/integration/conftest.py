@@ -8,6 +8,8 @@ own, so tests never see each other's refs.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -113,6 +115,19 @@ def object_sizes(home: Path, manifest: Any) -> dict[str, int]:
 
     h = Home(home)
     return {str(d): h.objects.size(d) for d in manifest.object_digests()}
+
+
+def staged_files(staging: Path, sizes: dict[str, int]) -> tuple[list[Path], list[Path]]:
+    """The objects an interrupted pull left in its staging folder: ``(complete, partial)``.
+
+    A pull renames what it verified only once its downloads are done (``Staging.settle``), so
+    after a kill a whole object is either ``<hex>`` or a ``<hex>.incomplete`` of its full size;
+    every complete one must hash to its name."""
+    files = [p for p in staging.iterdir() if re.fullmatch("[0-9a-f]{64}([.]incomplete)?", p.name)]
+    complete = [p for p in files if p.stat().st_size == sizes[f"sha256:{p.name[:64]}"]]
+    for p in complete:
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name[:64], f"{p.name} is not its object"
+    return complete, [p for p in files if p not in complete]
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ import pytest
 from cli.helpers import BLOCK, SUFFIX, TEXT, kvreg, kvreg_env, snapshot
 from services import oci_blob_path, oci_open_registry, oci_registry
 
-from .conftest import object_sizes
+from .conftest import object_sizes, staged_files
 from .oci_token import SERVICE, token_registry
 from .proxy import StallingProxy
 
@@ -367,8 +367,7 @@ def test_killed_pull_resumes_with_range(depositor: dict[str, Any], tmp_path: Pat
         proxy.close()
     staging = list((dst / "tmp").glob("pull-*"))
     assert len(staging) == 1
-    complete = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}", p.name)]
-    partial = [p for p in staging[0].iterdir() if p.name.endswith(".incomplete")]
+    complete, partial = staged_files(staging[0], sizes)
     assert len(complete) == allow - 1
     assert len(partial) == 1 and partial[0].stat().st_size > 0
     finished = sum(p.stat().st_size for p in complete) + partial[0].stat().st_size

@@ -4,7 +4,6 @@ finished objects again: the registry issue's resume acceptance, on both backends
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 from cli.helpers import kvreg, kvreg_env
 
-from .conftest import object_sizes
+from .conftest import object_sizes, staged_files
 from .proxy import PACK, StallingProxy
 from .registry_server import Registry
 from .test_push_pull import _pusher
@@ -64,8 +63,7 @@ def test_killed_pull_resumes_without_downloading_finished_objects(
     assert proc.returncode == -signal.SIGKILL
     staging = list((home / "tmp").glob("pull-*"))
     assert len(staging) == 1, "the interrupted pull keeps its verified objects in a staging folder"
-    complete = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}", p.name)]
-    partial = [p for p in staging[0].iterdir() if re.fullmatch("[0-9a-f]{64}[.]incomplete", p.name)]
+    complete, partial = staged_files(staging[0], sizes)
     assert len(complete) == allow
     assert len(partial) == 1 and partial[0].stat().st_size > 0
     finished = sum(p.stat().st_size for p in complete)

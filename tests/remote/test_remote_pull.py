@@ -263,6 +263,53 @@ def test_a_damaged_partial_file_is_caught_and_discarded(home, built, registry):
         pull(home, c, REF)
 
 
+def test_every_object_is_fsynced_before_it_gets_its_staged_name(home, built, registry, monkeypatch):
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with client(registry) as c:
+        pull(home, c, REF, jobs=3)
+    folder = staging_dir(home, built.digest)
+    for d in built.objects:  # under its .incomplete name: the rename to <hex> comes after
+        assert synced.count(str(folder / f"{d.hex}.incomplete")) == 1, d
+    assert open_artifact(home, "ns/a").digest == built.digest
+
+
+def test_a_whole_object_left_unsettled_is_hashed_not_downloaded(home, built, registry):
+    """A pull killed after a download but before Staging.settle leaves the whole object as
+    .incomplete: the next pull hashes it and keeps it, with no request."""
+    chunk = built.manifest.chunks[0].digest
+    folder = staging_dir(home, built.digest)
+    folder.mkdir(parents=True)
+    (folder / f"{chunk.hex}.incomplete").write_bytes(built.objects[chunk])
+    with client(registry) as c:
+        report = pull(home, c, REF)
+    assert report.objects_staged == 1
+    assert report.objects_downloaded == len(built.objects) - 1
+    assert chunk not in object_gets(registry)
+    assert home.objects.read(chunk) == built.objects[chunk]
+
+
+def test_a_whole_size_partial_file_with_other_bytes_is_downloaded_again(home, built, registry):
+    chunk = built.manifest.chunks[0].digest
+    folder = staging_dir(home, built.digest)
+    folder.mkdir(parents=True)
+    (folder / f"{chunk.hex}.incomplete").write_bytes(b"\x00" * len(built.objects[chunk]))
+    with client(registry) as c:
+        report = pull(home, c, REF)
+    assert report.objects_staged == 0 and report.objects_downloaded == len(built.objects)
+    fetched = registry.requests("GET", f"/api/v1/namespaces/ns/objects/{chunk}")
+    assert len(fetched) == 1 and "Range" not in fetched[0].headers
+    assert home.objects.read(chunk) == built.objects[chunk]
+
+
 def test_a_damaged_staged_object_is_caught_on_install(home, built, registry):
     chunk = built.manifest.chunks[0].digest
     folder = staging_dir(home, built.digest)

@@ -299,7 +299,6 @@ def fetch_and_install(
 
     with contextlib.ExitStack() as held, Staging(home, digest) as staging:
         try:
-            staged_before = sum(1 for d in absent if staging.has(d))
             progress.start(_progress_total(manifest, sizes, absent), len(absent))
 
             def fetch(d: Digest) -> None:
@@ -308,6 +307,7 @@ def fetch_and_install(
                 staging.fetch(client, namespace, d, size=sizes.get(d), cap=cap, counter=counter)
 
             run_parallel(absent, fetch, jobs, stop)
+            staged_count = len(staging.found_staged)
             crash_point("client.pull.after_fetch")
             # Verified; from here to the end the artifact is leased (eviction leaves it alone).
             # Not before: a refused download leaves no trace in the store, not even a lease.
@@ -333,7 +333,7 @@ def fetch_and_install(
     index_artifact(home, manifest)  # for the router; best effort (kvreg.store.router_index)
     return Installed(
         objects_local=len(digests) - len(absent),
-        objects_staged=staged_before,
+        objects_staged=staged_count,
         objects_downloaded=counter.objects,
         bytes_downloaded=counter.bytes,
         deferred=deferred,

@@ -157,11 +157,13 @@ class _Sink:
         self.offset = 0
         self.writer = AlignedWriter(self.fd, offset=0)
 
-    def finish(self) -> None:
-        """Write what is buffered, cut the file to the bytes received, fsync it."""
+    def finish(self, *, fsync: bool = True) -> None:
+        """Write what is buffered, cut the file to the bytes received, fsync it (unless the
+        caller fsyncs it later, see ``HttpSession.download``)."""
         self.writer.close()
         os.ftruncate(self.fd, self.offset)
-        os.fsync(self.fd)
+        if fsync:
+            os.fsync(self.fd)
 
     def abandon(self) -> None:
         """Keep what was received in the file (a later call resumes from it); drop the buffers."""
@@ -533,11 +535,14 @@ class HttpSession:
         max_size: int | None = None,
         progress_cb: ProgressCallback | None = None,
         headers: Mapping[str, str] | None = None,
+        fsync: bool = True,
     ) -> Download:
         """Stream ``url`` into ``dest`` after its first ``start`` bytes (``RegistryClient.get_object_to``).
 
         ``headers`` are sent to the registry's own origin only, never to the storage a
-        registry redirects to (an OCI registry's per-request ``Authorization``)."""
+        registry redirects to (an OCI registry's per-request ``Authorization``). With
+        ``fsync=False`` the file is written but not fsynced: the caller fsyncs it before it
+        relies on it (a pull fsyncs all its objects at once, after the last download)."""
         fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             sink = _Sink(fd, start, progress_cb)
@@ -562,7 +567,7 @@ class HttpSession:
             except BaseException:
                 sink.abandon()
                 raise
-            sink.finish()
+            sink.finish(fsync=fsync)
         finally:
             os.close(fd)
         return Download(sink.digest(), sink.offset, resumed_from)

@@ -169,6 +169,7 @@ class ObjectsApi(ApiCore):
         start: int = 0,
         max_size: int | None = None,
         progress_cb: ProgressCallback | None = None,
+        fsync: bool = True,
     ) -> Download:
         """Download an object into the file ``dest``, resuming after its first ``start`` bytes.
 
@@ -177,7 +178,8 @@ class ObjectsApi(ApiCore):
         server that ignores the range starts the file over (``progress_cb`` then
         gets the negative count of bytes dropped). A connection broken in the
         middle resumes from the bytes received. A redirect to a presigned storage
-        URL is followed without the token. The file is fsynced; the returned
+        URL is followed without the token. The file is fsynced (unless ``fsync`` is
+        false: then the caller fsyncs it before relying on it); the returned
         digest is the SHA-256 of the whole file, which the caller compares with
         ``digest`` (this method renames and deletes nothing). More than
         ``max_size`` bytes raise ``DigestMismatchError``: they cannot be the object.
@@ -185,5 +187,5 @@ class ObjectsApi(ApiCore):
         digest = Digest(digest)
         url = self._ns_url(namespace, "objects", digest)
         return self._session.download(
-            url, digest, Path(dest), start=start, max_size=max_size, progress_cb=progress_cb
+            url, digest, Path(dest), start=start, max_size=max_size, progress_cb=progress_cb, fsync=fsync
         )

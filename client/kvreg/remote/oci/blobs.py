@@ -219,6 +219,7 @@ class BlobsApi(OciTransport):
         start: int = 0,
         max_size: int | None = None,
         progress_cb: ProgressCallback | None = None,
+        fsync: bool = True,
     ) -> Download:
         """Stream blob ``digest`` of namespace ``namespace``'s repository into ``dest`` after its
         first ``start`` bytes; the returned digest covers the whole file."""
@@ -230,7 +231,14 @@ class BlobsApi(OciTransport):
             have = dest.stat().st_size if dest.exists() else 0
             begin = start if have >= start else have
             return self.session.download(
-                url, digest, dest, start=begin, max_size=max_size, progress_cb=progress_cb, headers=auth
+                url,
+                digest,
+                dest,
+                start=begin,
+                max_size=max_size,
+                progress_cb=progress_cb,
+                headers=auth,
+                fsync=fsync,
             )
 
         return self.authorized(scopes, send, url)
