@@ -36,3 +36,46 @@ def test_a_large_object_goes_alone_and_a_session_change_closes_a_pack() -> None:
         [digests[4]],
     ]
     assert plan_packs([], {}, {}, max_objects=256) == []
+
+
+def test_packs_come_in_full_rounds_of_the_jobs() -> None:
+    # bench/push_pull.py's 1 GiB deposit: 64 chunks a little over 16 MiB, and three small objects.
+    digests, sizes = _objects(*[16 * MIB + 300] * 64, 40_000, 900, 2_000_000)
+    session = dict.fromkeys(digests, "u")
+    packs = plan_packs(digests, sizes, session, max_objects=256, max_bytes=256 * MIB, jobs=4)
+    assert len(packs) == 16
+    assert [d for pack in packs for d in pack] == digests
+    assert all(len(pack) in (4, 5, 6, 7) for pack in packs)
+    # Small objects are spread over the jobs too, not sent as one pack by one job.
+    digests, sizes = _objects(*[20_000] * 630)
+    session = dict.fromkeys(digests, "u")
+    packs = plan_packs(digests, sizes, session, max_objects=256, jobs=4)
+    assert len(packs) == 4 and max(map(len, packs)) - min(map(len, packs)) <= 3
+
+
+def test_any_plan_keeps_every_object_once_in_order_within_the_limits() -> None:
+    import random
+
+    rng = random.Random(15)
+    for _ in range(300):
+        n = rng.randrange(0, 60)
+        digests, sizes = _objects(*[rng.choice([0, 1, 4096, MIB, 10 * MIB, 70 * MIB]) for _ in range(n)])
+        session = {d: rng.choice("ab") for d in digests}
+        max_objects, max_bytes = rng.randrange(1, 9), rng.choice([MIB, 32 * MIB, 256 * MIB])
+        packs = plan_packs(
+            digests, sizes, session, max_objects=max_objects, max_bytes=max_bytes, jobs=rng.randrange(1, 9)
+        )
+        assert sorted(d for pack in packs for d in pack) == sorted(digests)
+        for pack in packs:
+            assert sorted(pack, key=digests.index) == pack  # upload order within a pack
+            assert pack and len({session[d] for d in pack}) == 1
+            if len(pack) > 1:
+                assert len(pack) <= max_objects and sum(sizes[d] for d in pack) <= max_bytes
+                assert all(sizes[d] < min(max_bytes, PACK_BYTES) for d in pack)
+
+
+def test_limits_must_be_positive() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="positive"):
+        plan_packs([], {}, {}, max_objects=256, jobs=0)

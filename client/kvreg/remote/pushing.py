@@ -150,7 +150,9 @@ def push(
         def plan(wanted: list[Digest]) -> list[list[Digest]]:
             if pack_objects < 2:
                 return [[d] for d in wanted]
-            return plan_packs(wanted, sizes, session_of, max_objects=pack_objects, max_bytes=pack_bytes)
+            return plan_packs(
+                wanted, sizes, session_of, max_objects=pack_objects, max_bytes=pack_bytes, jobs=jobs
+            )
 
         def send(pack: list[Digest]) -> None:
             if stop.is_set():
