@@ -19,13 +19,15 @@ One run, side by side (so that the ratios mean something on a small, shared host
 
    - **raw**: ``python -m http.server`` bound to 127.0.0.1 serves one file holding
      the same bytes (every object of the artifact, concatenated); ``curl -s -o
-     FILE`` downloads it;
+     FILE`` downloads it; then, untimed in that row, the copy is fsynced and the
+     fsync's time is printed apart ("raw copy, then an fsync of it", no goal: the
+     durability a push and a pull pay and the raw copy does not);
    - **push**: ``kvreg.remote.push`` of the artifact into a fresh namespace (every
      object missing): upload session, every object streamed and digest-checked by
      the server, envelope (signature, Merkle root, objects present), ref;
    - **pull**: ``kvreg.remote.pull`` of it into a fresh ``KVREG_HOME``: signature
      against the local trust policy, every object downloaded and hashed, staged,
-     installed into the store (hashed again), the ref set.
+     installed into the store, the ref set.
 
    Only the transfer is timed (the curl process; the ``push``/``pull`` call), not
    starting servers, making namespaces or the checks after; ``os.sync()`` runs
@@ -594,6 +596,15 @@ class RawServer:
         sample = run_child([self.curl, "-s", "-S", "-f", "-o", str(dest), self.url])
         sample["server_cpu_seconds"] = process_cpu_seconds(self.proc.pid) - server_cpu
         sample["server_peak_rss_mib"] = peak_rss_mib(self.proc.pid)
+        # Not in the raw copy's time: what it would take to make the copy durable, as a push and
+        # a pull make every object (curl leaves it in the page cache).
+        started = time.perf_counter()
+        fd = os.open(dest, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        sample["fsync_seconds"] = time.perf_counter() - started
         return sample
 
 
@@ -922,6 +933,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         "push_server_cpu_s_per_gib": pushed["server_cpu_s_per_gib"],
         "pull_client_cpu_s_per_gib": pulled["client_cpu_s_per_gib"],
     }
+    durable = None if raw is None else raw["seconds"] + raw["fsync_seconds_median"]
     return {
         "model": {"arch": "llama", **BIG_MODEL},
         "kv_bytes_per_token": kv_bytes_per_token(BIG_MODEL),
@@ -945,6 +957,11 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         "push_reports": pushes,
         "pull_reports": pulls,
         "ratios": {k: v for k, v in measured.items() if k not in AT_MOST},
+        # No goal: against the raw copy plus an fsync of it (the durability a push and a pull pay).
+        "raw_fsynced_seconds": durable,
+        "ratios_to_raw_fsynced": None
+        if durable is None
+        else {"push": durable / pushed["seconds"], "pull": durable / pulled["seconds"]},
         "measured": measured,
         "goals_met": {k: goal_met(k, v) for k, v in measured.items()},
         "server_log_tail": server_log if server_log.strip() else "",
@@ -1181,6 +1198,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['install_seconds_median']:.2f} s, the rest (ref, envelope, downloads) "
                 f"{r['download_seconds_median']:.2f} s"
             )
+    if t.get("raw_fsynced_seconds") is not None:
+        lines.append(
+            f"  raw copy, then an fsync of it: {t['raw_fsynced_seconds']:.2f} s (fsync "
+            f"{t['raw']['fsync_seconds_median']:.2f} s); push / that "
+            f"{t['ratios_to_raw_fsynced']['push']:.2f}, pull / that {t['ratios_to_raw_fsynced']['pull']:.2f} "
+            "(no goal)"
+        )
     lines.append(
         f"  the client's RSS before a push or pull (this process, torch loaded): "
         f"{t['push']['client_rss_before_mib_median']:.0f} MiB"
