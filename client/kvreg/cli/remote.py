@@ -42,7 +42,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 RemoteArg = Annotated[str, typer.Argument(metavar="NAME", help="A remote's name (see: kvreg remote list).")]
 JobsOpt = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=1, max=64, help="Objects (or object packs) transferred in parallel.", show_default=True),
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        max=64,
+        help="Objects (or object packs) transferred in parallel.",
+        show_default=True,
+    ),
 ]
 
 _MAX_STDIN_TOKEN = 4096

@@ -430,26 +430,7 @@ class HttpSession:
                     ) from e
             else:
                 f = source
-            body = FileBody(f, origin, size)
-            sent = [0]
-
-            def counted(n: int) -> None:
-                sent[0] += n
-                if progress_cb is not None:
-                    progress_cb(n)
-
-            def rewind() -> None:
-                if progress_cb is not None and sent[0]:
-                    progress_cb(-sent[0])
-                sent[0] = 0
-
-            return self._retrying(
-                method,
-                url,
-                lambda _: self._upload_attempt(url, body, headers, expect, counted, method),
-                budget=self.retries,
-                on_retry=rewind,
-            )
+            return self._send_retrying(url, FileBody(f, origin, size), headers, expect, progress_cb, method)
 
     def upload_files(
         self,
@@ -468,6 +449,19 @@ class HttpSession:
         for path, size, digest in files:
             _check_body_size(path, 0, size, digest)
         bodies = [FileBody(path, 0, size) for path, size, _ in files]
+        return self._send_retrying(url, bodies, headers, expect, progress_cb, method)
+
+    def _send_retrying(
+        self,
+        url: str,
+        body: FileBody | Sequence[FileBody],
+        headers: Mapping[str, str],
+        expect: Sequence[int],
+        progress_cb: ProgressCallback | None,
+        method: str,
+    ) -> Reply:
+        """Send ``body`` with retries; before a retry ``progress_cb`` gets the negative count of
+        the bytes the failed attempt sent."""
         sent = [0]
 
         def counted(n: int) -> None:
@@ -483,7 +477,7 @@ class HttpSession:
         return self._retrying(
             method,
             url,
-            lambda _: self._upload_attempt(url, bodies, headers, expect, counted, method),
+            lambda _: self._upload_attempt(url, body, headers, expect, counted, method),
             budget=self.retries,
             on_retry=rewind,
         )

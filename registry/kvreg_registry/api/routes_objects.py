@@ -44,6 +44,13 @@ router = APIRouter()
 
 #: Bytes of request body gathered before they are handed to a worker thread.
 WRITE_PIECE = 4 << 20
+#: The OpenAPI request body of the routes that take raw bytes (an object, an object pack).
+OCTET_STREAM_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 @router.post(
@@ -248,12 +255,7 @@ def _close_quietly(st: RegistryState, ns: str, implicit: str | None) -> None:
     response_model=m.ObjectStored,
     responses={**m.errors(400, 403, 404, 422), 201: {"model": m.ObjectStored}},
     summary="Upload an object (raw bytes); stored only if they hash to the digest",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        }
-    },
+    openapi_extra=OCTET_STREAM_BODY,
 )
 async def put_object(
     ns: NsPath,

@@ -37,6 +37,7 @@ from kvreg_registry import audit
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, namespace_access
 from kvreg_registry.api.params import NsPath, UploadPath, documented
+from kvreg_registry.api.routes_objects import OCTET_STREAM_BODY, WRITE_PIECE
 from kvreg_registry.auth import Principal
 from kvreg_registry.server_io import SocketBody, socket_body
 from kvreg_registry.services import accounts
@@ -49,8 +50,6 @@ router = APIRouter()
 
 #: The header that lists a pack's objects, in body order.
 OBJECTS_HEADER = "X-Kvreg-Objects"
-#: Bytes of an ASGI body gathered before they are handed to a worker thread.
-WRITE_PIECE = 4 << 20
 _ITEM = re.compile(r"(sha256:[0-9a-f]{64})=([0-9]{1,20})", re.ASCII)
 _ITEM_PATTERN = r"sha256:[0-9a-f]{64}=[0-9]{1,20}"
 HEADER_PATTERN = rf"^{_ITEM_PATTERN}(,{_ITEM_PATTERN})*$"
@@ -323,12 +322,7 @@ async def _store_from_messages(
         "Content-Length must be their sum. All are stored, or none: one object that does not hash "
         "to its digest refuses the pack (422)."
     ),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        }
-    },
+    openapi_extra=OCTET_STREAM_BODY,
 )
 async def put_pack(
     ns: NsPath,
