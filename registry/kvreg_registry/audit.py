@@ -58,53 +58,8 @@ def append(
     details: Mapping[str, Any] | None = None,
 ) -> int:
     """Append one entry in ``session``'s transaction and return its sequence number."""
-    # One statement takes the head's row lock and the next sequence number (the old size).
-    size = (
-        session.execute(
-            update(LogHead).where(LogHead.id == 1).values(size=LogHead.size + 1).returning(LogHead.size)
-        ).scalar_one()
-        - 1
-    )
-    now = utcnow()
-    body: dict[str, Any] = {
-        "seq": size,
-        "time": _iso(now),
-        "type": type,
-        "actor": actor,
-        "namespace": namespace,
-        "subjects": [str(s) for s in subjects],
-        "old": old,
-        "new": new,
-        "details": dict(details or {}),
-    }
-    entry = canonical_json(body)
-    leaf = leaf_hash(entry)
-    # Core inserts, not ORM objects: one entry per object a push stores, and the ORM's
-    # unit of work cost more than the rest of the append (about 1 ms per entry).
-    session.execute(
-        AuditEntry.__table__.insert(),
-        [
-            {
-                "seq": size,
-                "created_at": now,
-                "type": type,
-                "actor": actor,
-                "namespace": namespace,
-                "entry": entry,
-                "leaf_hash": leaf,
-            }
-        ],
-    )
-    crash_point("registry.log.after_entry")
-    subject_rows = [{"digest": d, "seq": size} for d in subject_digests(body["subjects"], old, new)]
-    if subject_rows:
-        session.execute(AuditSubject.__table__.insert(), subject_rows)
-    siblings = read_nodes(session, logtree.siblings_for_append(size))
-    new_nodes = logtree.nodes_after_append(size, leaf, lambda level, idx: siblings[(level, idx)])
-    session.execute(
-        LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
-    )
-    return size
+    entry = NewEntry(type, actor, namespace, tuple(subjects), old, new, details)
+    return append_many(session, [entry])[0]
 
 
 @dataclass(frozen=True)
@@ -122,9 +77,9 @@ class NewEntry:
 
 def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
     """Append several entries in ``session``'s transaction, in order, and return their sequence
-    numbers: the same entries, leaves and nodes as one :func:`append` each (they share one
-    timestamp), in one statement per table instead of five per entry (an object pack holds
-    up to hundreds of objects, each with its ``object.held`` entry)."""
+    numbers: one statement per table whatever their number (an object pack holds up to
+    hundreds of objects, each with its ``object.held`` entry); they share one timestamp.
+    The first statement takes the log head's row lock and the sequence numbers."""
     if not entries:
         return []
     count = len(entries)
@@ -164,6 +119,8 @@ def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
             }
         )
         subject_rows += [{"digest": d, "seq": seq} for d in subject_digests(body["subjects"], e.old, e.new)]
+    # Core inserts, not ORM objects: the ORM's unit of work cost more than the rest of an
+    # append (about 1 ms per entry).
     session.execute(AuditEntry.__table__.insert(), rows)
     for _ in rows:  # counted per entry, as the appends one by one count it
         crash_point("registry.log.after_entry")

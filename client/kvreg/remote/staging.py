@@ -29,7 +29,6 @@ fetch or verify signatures (``kvreg.remote.pulling`` does).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -130,9 +129,6 @@ class Staging:
     def partial(self, digest: Digest) -> Path:
         return self.folder / f"{Digest(digest).hex}{PARTIAL_SUFFIX}"
 
-    def has(self, digest: Digest) -> bool:
-        return self.path(digest).is_file()
-
     def fetch(
         self,
         client: ObjectSource,
@@ -163,7 +159,7 @@ class Staging:
             start = 0
         if start and start == size:
             with part.open("rb") as f:
-                whole = Digest.from_hex(hashlib.file_digest(f, "sha256").hexdigest())
+                whole = Digest.of_stream(f)
             if whole == digest:
                 self._unsettled.append(digest)
                 self._hashed_here.add(digest)

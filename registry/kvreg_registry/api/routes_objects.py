@@ -117,7 +117,7 @@ def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | No
         # The usual case, a session that lists the digest already (push lists every object
         # when it opens one), needs no write: a read transaction checks it.
         with access.read("write") as (s, namespace):
-            if object_service.open_session_lists(s, namespace, upload_id, digest):
+            if not object_service.unlisted_in_open_session(s, namespace, upload_id, [digest]):
                 return None
         with access.write("write") as (s, namespace):
             object_service.get_open_session(s, namespace, upload_id)

@@ -118,33 +118,12 @@ def add_to_session(session: Session, upload_id: str, digests: Sequence[str]) -> 
         insert_ignore(session, UploadDigest.__table__, [{"upload_id": upload_id, "digest": d} for d in batch])
 
 
-def open_session_lists(session: Session, ns: Namespace, upload_id: str, digest: str) -> bool:
-    """Whether ``upload_id`` is an open session of ``ns`` that lists ``digest``, in one query
-    (the usual case of a push's PUT); False says nothing more (:func:`get_open_session` does)."""
-    try:
-        uuid.UUID(upload_id)
-    except (ValueError, TypeError):
-        raise RequestInvalidError(f"not an upload id: {upload_id!r}") from None
-    listed = (
-        select(UploadDigest.digest)
-        .join(UploadSession, UploadSession.id == UploadDigest.upload_id)
-        .where(
-            UploadDigest.upload_id == upload_id,
-            UploadDigest.digest == digest,
-            UploadSession.namespace_id == ns.id,
-            UploadSession.closed_at.is_(None),
-            UploadSession.expires_at > utcnow(),
-        )
-    )
-    return bool(session.scalar(select(exists(listed))))
-
-
 def unlisted_in_open_session(
     session: Session, ns: Namespace, upload_id: str, digests: Sequence[str]
 ) -> list[str]:
     """The ``digests`` that ``upload_id``, an open session of ``ns``, does not list (all of them when it
-    is not one: :func:`get_open_session` then says why), in one query per 500 digests (an object
-    pack's check, as :func:`open_session_lists` is a single PUT's)."""
+    is not one: :func:`get_open_session` then says why), in one query per 500 digests (the usual
+    case of a push's PUT or pack: the session lists them all already)."""
     try:
         uuid.UUID(upload_id)
     except (ValueError, TypeError):
