@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from kvreg.core import logtree
@@ -30,6 +30,21 @@ from kvreg.core.merkle import leaf_hash
 from kvreg.core.timestamps import rfc3339_micro
 from kvreg.fileio.faults import crash_point
 from kvreg_registry.db.models import AuditEntry, AuditSubject, LogHead, LogNode, utcnow
+
+# The statements of an append, built once: Core statements on the tables (the ORM-enabled
+# ``update(LogHead)`` goes through SQLAlchemy's bulk-update path, and building a statement
+# and its cache key costs more than running it; an append of a pack's four entries went
+# from about 3 to 2 ms of CPU on a 2-core Zen 3 host).
+_HEAD = LogHead.__table__
+_TAKE_SEQS = (
+    update(_HEAD)
+    .where(_HEAD.c.id == 1)
+    .values(size=_HEAD.c.size + bindparam("count"))
+    .returning(_HEAD.c.size)
+)
+_INSERT_ENTRIES = AuditEntry.__table__.insert()
+_INSERT_SUBJECTS = AuditSubject.__table__.insert()
+_INSERT_NODES = LogNode.__table__.insert()
 
 
 def _iso(t: dt.datetime) -> str:
@@ -83,9 +98,7 @@ def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
     if not entries:
         return []
     count = len(entries)
-    end = session.execute(
-        update(LogHead).where(LogHead.id == 1).values(size=LogHead.size + count).returning(LogHead.size)
-    ).scalar_one()
+    end = session.execute(_TAKE_SEQS, {"count": count}).scalar_one()
     first = end - count
     now = utcnow()
     time = _iso(now)
@@ -121,11 +134,11 @@ def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
         subject_rows += [{"digest": d, "seq": seq} for d in subject_digests(body["subjects"], e.old, e.new)]
     # Core inserts, not ORM objects: the ORM's unit of work cost more than the rest of an
     # append (about 1 ms per entry).
-    session.execute(AuditEntry.__table__.insert(), rows)
+    session.execute(_INSERT_ENTRIES, rows)
     for _ in rows:  # counted per entry, as the appends one by one count it
         crash_point("registry.log.after_entry")
     if subject_rows:
-        session.execute(AuditSubject.__table__.insert(), subject_rows)
+        session.execute(_INSERT_SUBJECTS, subject_rows)
     # The siblings stored before this batch are read in one query; the others are made by it.
     wanted = {
         (level, idx)
@@ -139,9 +152,7 @@ def append_many(session: Session, entries: Sequence[NewEntry]) -> list[int]:
         made = logtree.nodes_after_append(seq, leaf, lambda level, idx: known[(level, idx)])
         known.update(((lv, ix), h) for lv, ix, h in made)
         new_nodes += made
-    session.execute(
-        LogNode.__table__.insert(), [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes]
-    )
+    session.execute(_INSERT_NODES, [{"level": lv, "idx": ix, "hash": h} for lv, ix, h in new_nodes])
     return list(range(first, end))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from kvreg.core.digest import Digest
 from kvreg.remote.packing import PACK_BYTES, plan_packs
 
@@ -17,11 +19,12 @@ def test_packs_keep_the_order_and_close_at_the_count_and_the_bytes() -> None:
     digests, sizes = _objects(*[4096] * 7)
     session = dict.fromkeys(digests, "u")
     assert plan_packs(digests, sizes, session, max_objects=3) == [digests[:3], digests[3:6], digests[6:]]
-    digests, sizes = _objects(30 * MIB, 30 * MIB, 30 * MIB, 1)
+    part = PACK_BYTES * 15 // 32  # three of them: more than PACK_BYTES and its slack, two fit
+    digests, sizes = _objects(part, part, part, 1)
     session = dict.fromkeys(digests, "u")
     assert plan_packs(digests, sizes, session, max_objects=256) == [digests[:2], digests[2:]]
     # The registry's max_pack_bytes lowers the cap; PACK_BYTES bounds it from above.
-    lowered = plan_packs(digests, sizes, session, max_objects=256, max_bytes=40 * MIB)
+    lowered = plan_packs(digests, sizes, session, max_objects=256, max_bytes=PACK_BYTES * 5 // 8)
     assert lowered == [digests[:1], digests[1:2], digests[2:]]
     bounded = plan_packs(digests, sizes, session, max_objects=256, max_bytes=1 << 40)
     assert bounded == [digests[:2], digests[2:]]
@@ -43,9 +46,12 @@ def test_packs_come_in_full_rounds_of_the_jobs() -> None:
     digests, sizes = _objects(*[16 * MIB + 300] * 64, 40_000, 900, 2_000_000)
     session = dict.fromkeys(digests, "u")
     packs = plan_packs(digests, sizes, session, max_objects=256, max_bytes=256 * MIB, jobs=4)
-    assert len(packs) == 16
+    # Full rounds of four packs of at most a quarter over PACK_BYTES: 16 of 64 MiB, or 8 of 128.
+    rounds = math.ceil(sum(sizes.values()) / (4 * PACK_BYTES * 1.25))
+    assert len(packs) == 4 * rounds
     assert [d for pack in packs for d in pack] == digests
-    assert all(len(pack) in (4, 5, 6, 7) for pack in packs)
+    per_pack = 64 / len(packs)
+    assert all(per_pack - 1 <= len(pack) <= per_pack + 3 for pack in packs)
     # Small objects are spread over the jobs too, not sent as one pack by one job.
     digests, sizes = _objects(*[20_000] * 630)
     session = dict.fromkeys(digests, "u")

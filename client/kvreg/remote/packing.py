@@ -28,7 +28,7 @@ from kvreg.core.digest import Digest
 __all__ = ["PACK_BYTES", "plan_packs"]
 
 #: About the most bytes a push puts in one pack (the registry's ``max_pack_bytes`` may lower it).
-PACK_BYTES = 64 << 20
+PACK_BYTES = 128 << 20
 #: A pack's target size may pass :data:`PACK_BYTES` by this factor, so that an amount just over a
 #: multiple of it (1 GiB of chunks a little over 16 MiB) is not cut into one more round of packs.
 _SLACK = 1.25

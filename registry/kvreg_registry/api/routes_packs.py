@@ -258,15 +258,14 @@ def _commit(
     before the first object is published (in digest order, so that two packs of the same
     objects never wait on each other in a cycle)."""
     stored: list[bool] = []
-    held: list[bool] = []
     with st.db.write() as s:
         namespace = accounts.get_namespace(s, ns)
-        for digest, size in sorted(items):
-            object_service.lock_object(s, digest, size)
+        object_service.lock_objects(s, items)
         for digest, obj in zip((d for d, _ in items), pending, strict=True):
             stored.append(obj.commit(digest))
             crash_point("registry.object.after_publish")
-            held.append(object_service.hold(s, namespace, digest))
+        new_to_ns = object_service.hold_many(s, namespace, (d for d, _ in items))
+        held = [str(digest) in new_to_ns for digest, _ in items]
         entries = [
             audit.NewEntry(
                 "object.held", actor=who.name, namespace=ns, subjects=[digest], details={"size": size}

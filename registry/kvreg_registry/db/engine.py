@@ -20,6 +20,7 @@ database is created, in tests too. Nothing here knows the domain.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -168,20 +169,33 @@ def insert_ignore(session: Session, table: Table, rows: Sequence[Mapping[str, An
     """``INSERT ... ON CONFLICT DO NOTHING`` on SQLite and PostgreSQL.
 
     Returns the number of rows inserted."""
+    return len(insert_ignore_returning(session, table, rows, next(iter(table.primary_key.columns)).name))
+
+
+def insert_ignore_returning(
+    session: Session, table: Table, rows: Sequence[Mapping[str, Any]], column: str
+) -> list[Any]:
+    """:func:`insert_ignore` that returns ``column`` of each row really inserted (in no set
+    order): one statement for all ``rows`` (SQLAlchemy sends them as one multi-row INSERT)."""
     if not rows:
-        return 0
-    dialect = session.get_bind().dialect.name
+        return []
+    # RETURNING tells the rows really inserted (rowcount is not reliable for
+    # ON CONFLICT DO NOTHING across drivers and executemany).
+    stmt = _insert_ignore_statement(session.get_bind().dialect.name, table, column)
+    return list(session.execute(stmt, list(rows)).scalars())
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_ignore_statement(dialect: str, table: Table, column: str) -> Any:
+    """The statement of :func:`insert_ignore_returning`, built once per table and column (a
+    statement is immutable; building one and its cache key cost more than running it)."""
     if dialect == "sqlite":
         stmt: Any = sqlite_insert(table).on_conflict_do_nothing()
     elif dialect == "postgresql":
         stmt = pg_insert(table).on_conflict_do_nothing()
     else:  # pragma: no cover - make_engine refuses other backends
         stmt = insert(table)
-    # RETURNING counts the rows really inserted (rowcount is not reliable for
-    # ON CONFLICT DO NOTHING across drivers and executemany).
-    key = next(iter(table.primary_key.columns))
-    result = session.execute(stmt.returning(key), list(rows))
-    return len(result.all())
+    return stmt.returning(table.c[column])
 
 
 def add_in_savepoint(session: Session, row: object) -> None:

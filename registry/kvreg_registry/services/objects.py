@@ -31,7 +31,7 @@ from kvreg.core.errors import (
     UnavailableError,
     UploadNotFoundError,
 )
-from kvreg_registry.db.engine import insert_ignore, rowcount
+from kvreg_registry.db.engine import insert_ignore, insert_ignore_returning, rowcount
 from kvreg_registry.db.models import (
     Namespace,
     NamespaceObject,
@@ -182,22 +182,50 @@ def lock_object(session: Session, digest: Digest, size: int) -> None:
     nothing: the insert is tried again (GC has committed by then, so the second insert
     goes in or finds a new row).
     """
-    row: StoredObject | None = None
+    lock_objects(session, [(digest, size)])
+
+
+def lock_objects(session: Session, items: Iterable[tuple[Digest, int]]) -> None:
+    """:func:`lock_object` for several objects in two statements, not two per object.
+
+    The rows are inserted in digest order by one statement, then the existing ones are read
+    with a lock in digest order by another: two transactions locking overlapping sets never
+    wait on each other in a cycle (an insert waits only on a row another transaction
+    inserted, which it reached first in the same order; a locking read only on a row another
+    transaction locked the same way). An existing row of another size refuses them all.
+    """
+    wanted = {str(d): size for d, size in items}
+    todo = sorted(wanted)
     for _ in range(3):
-        if _insert_row_if_absent(session, digest, size):
-            return
-        row = session.execute(
-            select(StoredObject).where(StoredObject.digest == digest).with_for_update()
-        ).scalar_one_or_none()
-        if row is not None:
-            break
-    if row is None:  # pragma: no cover - three GC deletions of one digest during one upload
-        raise UnavailableError(f"object {digest} was garbage-collected three times while being stored; retry")
-    if row.size != size:
-        # Same digest, other length: these bytes cannot hash to the digest.
-        raise DigestMismatchError(
-            f"object {digest} has {row.size} bytes; the uploaded bytes ({size}) cannot hash to it"
+        inserted = set(
+            insert_ignore_returning(
+                session,
+                StoredObject.__table__,
+                [{"digest": d, "size": wanted[d], "created_at": utcnow()} for d in todo],
+                "digest",
+            )
         )
+        existing = [d for d in todo if d not in inserted]
+        if not existing:
+            return
+        rows = session.execute(
+            select(StoredObject.digest, StoredObject.size)
+            .where(StoredObject.digest.in_(existing))
+            .order_by(StoredObject.digest)
+            .with_for_update()
+        )
+        found = {str(d): int(size) for d, size in rows}
+        for d, size in found.items():
+            if size != wanted[d]:
+                # Same digest, other length: these bytes cannot hash to the digest.
+                raise DigestMismatchError(
+                    f"object {d} has {size} bytes; the uploaded bytes ({wanted[d]}) cannot hash to it"
+                )
+        todo = [d for d in existing if d not in found]  # deleted by GC since the insert: again
+        if not todo:
+            return
+    # pragma: no cover - three GC deletions of one digest during one upload
+    raise UnavailableError(f"object {todo[0]} was garbage-collected three times while being stored; retry")
 
 
 def claim_unclaimed(session: Session, digest: Digest, size: int) -> bool:
@@ -221,14 +249,14 @@ def _insert_row_if_absent(session: Session, digest: Digest, size: int) -> bool:
 
 def hold(session: Session, ns: Namespace, digest: Digest) -> bool:
     """Record that ``ns`` holds ``digest`` (already in ``objects``); True if new."""
-    return (
-        insert_ignore(
-            session,
-            NamespaceObject.__table__,
-            [{"namespace_id": ns.id, "digest": digest, "created_at": utcnow()}],
-        )
-        > 0
-    )
+    return bool(hold_many(session, ns, [digest]))
+
+
+def hold_many(session: Session, ns: Namespace, digests: Iterable[Digest]) -> set[str]:
+    """:func:`hold` for several digests in one statement; the digests that were new to ``ns``."""
+    now = utcnow()
+    rows = [{"namespace_id": ns.id, "digest": str(d), "created_at": now} for d in digests]
+    return set(insert_ignore_returning(session, NamespaceObject.__table__, rows, "digest"))
 
 
 def expire_sessions(session: Session) -> int:
