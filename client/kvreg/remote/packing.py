@@ -13,7 +13,11 @@ from a pack, and a failure then resends only it).
 
 Measured (bench/push_pull.py, 1 GiB of 16 MiB chunks, 4 jobs): closing a pack at
 64 MiB made 22 packs of three chunks, five full rounds and a sixth of two packs;
-16 packs of four chunks keep the four jobs busy to the end.
+16 packs of four chunks keep the four jobs busy to the end. Packs of 128 MiB (8 of
+eight chunks) then halved what the registry pays per pack (a request, three
+transactions, about 12 to 16 ms of CPU on a 2-core Zen 3 host): a push of 1 GiB cost
+it about 0.1 CPU s less. A pack that fails is sent again whole, so a larger one costs
+more on a flaky link; 128 MiB per job is the compromise (docs/benchmarks.md).
 
 This module only plans; it sends nothing (``kvreg.remote.pushing`` does).
 """
