@@ -11,7 +11,7 @@ there.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import delete, func, select
@@ -147,48 +147,33 @@ def test_lock_objects_of_overlapping_packs_in_other_orders_never_deadlock(fresh_
         db.dispose()
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_lock_objects_refuses_them_all_when_one_stored_row_has_another_size(
-    database: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'r.sqlite3'}"
-        if database == "sqlite"
-        else request.getfixturevalue("fresh_pg_url")
-    )
-    upgrade(url)
-    db = Database(url)
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    """A migrated database of each kind (SQLite, then PostgreSQL)."""
+    upgrade(database_url)
+    database = Database(database_url)
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+def test_lock_objects_refuses_them_all_when_one_stored_row_has_another_size(db: Database) -> None:
     a, b = _objects(b"first object", b"second object")
-    try:
-        with db.write() as s:
-            object_service.lock_objects(s, [b])
-        with pytest.raises(DigestMismatchError, match="cannot hash to it"), db.write() as s:
-            object_service.lock_objects(s, [a, (b[0], b[1] + 1)])
-        with db.read() as s:  # the refused transaction left nothing: a's row is not there
-            assert s.scalars(select(StoredObject.digest)).all() == [str(b[0])]
-    finally:
-        db.dispose()
+    with db.write() as s:
+        object_service.lock_objects(s, [b])
+    with pytest.raises(DigestMismatchError, match="cannot hash to it"), db.write() as s:
+        object_service.lock_objects(s, [a, (b[0], b[1] + 1)])
+    with db.read() as s:  # the refused transaction left nothing: a's row is not there
+        assert s.scalars(select(StoredObject.digest)).all() == [str(b[0])]
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_hold_many_says_which_digests_were_new_to_the_namespace(
-    database: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    url = (
-        f"sqlite:///{tmp_path / 'r.sqlite3'}"
-        if database == "sqlite"
-        else request.getfixturevalue("fresh_pg_url")
-    )
-    upgrade(url)
-    db = Database(url)
+def test_hold_many_says_which_digests_were_new_to_the_namespace(db: Database) -> None:
     a, b, c = _objects(b"a", b"b", b"c")
-    try:
-        with db.write() as s:
-            ns = accounts.create_namespace(s, ROOT, "holder")
-            object_service.lock_objects(s, [a, b, c])
-            assert object_service.hold_many(s, ns, [a[0]]) == {str(a[0])}
-            assert object_service.hold_many(s, ns, [c[0], a[0], b[0]]) == {str(b[0]), str(c[0])}
-            assert object_service.hold_many(s, ns, []) == set()
-            assert object_service.hold(s, ns, b[0]) is False
-    finally:
-        db.dispose()
+    with db.write() as s:
+        ns = accounts.create_namespace(s, ROOT, "holder")
+        object_service.lock_objects(s, [a, b, c])
+        assert object_service.hold_many(s, ns, [a[0]]) == {str(a[0])}
+        assert object_service.hold_many(s, ns, [c[0], a[0], b[0]]) == {str(b[0]), str(c[0])}
+        assert object_service.hold_many(s, ns, []) == set()
+        assert object_service.hold(s, ns, b[0]) is False
