@@ -11,11 +11,14 @@ Profiles:
 - ``native``: the host's fastest code paths. Deposits are byte-exact only on hosts
   with the same CPU capability (or GPU architecture) and libraries; the capability
   is recorded in the config fingerprint.
-- ``portable``: pins ATen's CPU kernels to AVX2, MKL to its AVX2 code path in strict
-  (thread-count independent) conditional-numerical-reproducibility mode, and keeps
-  oneDNN off, so that one deposit grafts byte-exactly on every x86-64 host with
-  AVX2 and the same library builds. Measured on the CI host (docs/benchmarks.md):
-  no cost in float32, ~5x the native prefill time in bfloat16 (oneDNN off).
+- ``portable``: pins ATen's CPU kernels to AVX2, MKL to its ``COMPATIBLE`` code path in
+  strict (thread-count independent) conditional-numerical-reproducibility mode, and
+  keeps oneDNN off, so that one deposit grafts byte-exactly on every x86-64 host with
+  AVX2 and the same library builds, Intel or AMD. MKL's ``COMPATIBLE`` branch is the
+  only one it honours on every vendor: on an AMD EPYC (Zen 3) host, MKL 2024.2 runs
+  ``MKL_CBWR=AVX2,STRICT`` (this profile's value until the fifth stop of issue 15) as
+  ``CNR:AUTO`` (``MKL_VERBOSE=1`` says so), and a portable deposit made on an Intel
+  host failed its witness probe there. Costs: docs/benchmarks.md § The portable profile.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ CUDA_ENV_VARS: tuple[str, ...] = ("CUBLAS_WORKSPACE_CONFIG", "NVIDIA_TF32_OVERRI
 
 PORTABLE_ENV: Mapping[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_CBWR": "AVX2,STRICT",
+    "MKL_CBWR": "COMPATIBLE,STRICT",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
 }
 
