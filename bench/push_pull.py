@@ -248,16 +248,9 @@ class Depositor:
     @classmethod
     def create(cls, root: Path, namespace: str) -> Depositor:
         from kvreg.core.keys import SigningKey
-        from kvreg.core.trust import TrustPolicy
-        from kvreg.store.home import Home
 
-        home = Home(root)
-        home.ensure()
         key = SigningKey.generate()
-        policy = TrustPolicy()
-        policy.allow(namespace, key.public_key)
-        save_trust_policy(policy, home.trust_path)
-        return cls(home, key, namespace)
+        return cls(trusting_home(root, namespace, key.public_key), key, namespace)
 
     def deposit(self, lm: Any, tokens: list[int], name: str, title: str) -> Any:
         """Compute, sign and store the artifact of exactly ``tokens`` as ``namespace/name``."""
@@ -276,6 +269,19 @@ class Depositor:
         store_artifact(self.home, objects, manifest, envelope, ref)
         del objects
         return open_artifact(self.home, str(ref)).manifest
+
+
+def trusting_home(root: Path, namespace: str, key: Any) -> Any:
+    """A fresh local store at ``root`` whose trust policy allows ``key`` to sign for ``namespace``."""
+    from kvreg.core.trust import TrustPolicy
+    from kvreg.store.home import Home
+
+    home = Home(root)
+    home.ensure()
+    policy = TrustPolicy()
+    policy.allow(namespace, key)
+    save_trust_policy(policy, home.trust_path)
+    return home
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -673,12 +679,10 @@ def oci_round(
     """Push the deposit to a fresh repository of the open OCI registry, then pull it into a fresh
     store: the reports, the samples and whether each moved (and verified) everything."""
     from kvreg.core.names import RefName
-    from kvreg.core.trust import TrustPolicy
     from kvreg.remote.oci.client import OciClient
     from kvreg.remote.oci.pulling import pull as oci_pull
     from kvreg.remote.oci.pushing import push as oci_push
     from kvreg.remote.remotes import parse_oci_url
-    from kvreg.store.home import Home
 
     server = OciServer()
     location = parse_oci_url(f"oci://{server.host}/bench{os.getpid()}x{int(time.time())}x{i}", insecure=True)
@@ -691,11 +695,7 @@ def oci_round(
             lambda: oci_push(depositor.home, client, ref, jobs=args.jobs),  # type: ignore[arg-type]
         )
     push_ok = pushed.objects_sent == len(objects) + 1 and pushed.bytes_sent == total + len(manifest.raw_bytes)
-    home = Home(work / f"oci-pull-{i}")
-    home.ensure()
-    trust = TrustPolicy()
-    trust.allow("bench", depositor.key.public_key)
-    save_trust_policy(trust, home.trust_path)
+    home = trusting_home(work / f"oci-pull-{i}", "bench", depositor.key.public_key)
     with OciClient(location) as client:
         pulled, pull_sample = timed_call(
             server,
@@ -718,9 +718,7 @@ def warm_up(
     that every row measures a warm process, as a registry and a client that have run before:
     not the first call's imports, compiled SQL statements, buffers to map and fault in."""
     from kvreg.core.names import RefName
-    from kvreg.core.trust import TrustPolicy
     from kvreg.remote import pull, push
-    from kvreg.store.home import Home
 
     log("[transfer] warm-up round (untimed): raw, push, pull ...")
     if raw is not None:
@@ -730,11 +728,7 @@ def warm_up(
     remote = RefName.parse(f"{ns}/big")
     with registry.client() as client:
         push(depositor.home, client, RefName.parse("bench/big"), remote_ref=remote, jobs=args.jobs)
-    home = Home(work / "pull-warm-up")
-    home.ensure()
-    trust = TrustPolicy()
-    trust.allow(ns, depositor.key.public_key)
-    save_trust_policy(trust, home.trust_path)
+    home = trusting_home(work / "pull-warm-up", ns, depositor.key.public_key)
     with registry.client() as client:
         pull(home, client, remote, jobs=args.jobs)
     shutil.rmtree(home.root)
@@ -798,9 +792,7 @@ def check_store(home: Any, manifest: Any) -> bool:
 
 def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bool]) -> dict[str, Any]:
     from kvreg.core.names import RefName
-    from kvreg.core.trust import TrustPolicy
     from kvreg.remote import pull, push
-    from kvreg.store.home import Home
 
     tokens_wanted = round(args.size_mib * MIB / kv_bytes_per_token(BIG_MODEL))
     model_path = big_model_dir(args.out)
@@ -876,11 +868,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
                     report.objects_sent == len(objects) and report.bytes_sent == total and report.envelope_new
                 )
 
-                home = Home(work / f"pull-{i}")
-                home.ensure()
-                trust = TrustPolicy()
-                trust.allow(ns, depositor.key.public_key)
-                save_trust_policy(trust, home.trust_path)
+                home = trusting_home(work / f"pull-{i}", ns, depositor.key.public_key)
                 timer = PhaseTimer()
                 with registry.client() as client, timer.around_install():
                     report, sample = timed_call(

@@ -196,12 +196,13 @@ def lock_objects(session: Session, items: Iterable[tuple[Digest, int]]) -> None:
     """
     wanted = {str(d): size for d, size in items}
     todo = sorted(wanted)
+    now = utcnow()
     for _ in range(3):
         inserted = set(
             insert_ignore_returning(
                 session,
                 StoredObject.__table__,
-                [{"digest": d, "size": wanted[d], "created_at": utcnow()} for d in todo],
+                [{"digest": d, "size": wanted[d], "created_at": now} for d in todo],
                 "digest",
             )
         )
@@ -224,8 +225,9 @@ def lock_objects(session: Session, items: Iterable[tuple[Digest, int]]) -> None:
         todo = [d for d in existing if d not in found]  # deleted by GC since the insert: again
         if not todo:
             return
-    # pragma: no cover - three GC deletions of one digest during one upload
-    raise UnavailableError(f"object {todo[0]} was garbage-collected three times while being stored; retry")
+    raise UnavailableError(  # pragma: no cover - three GC deletions of one digest during one upload
+        f"object {todo[0]} was garbage-collected three times while being stored; retry"
+    )
 
 
 def claim_unclaimed(session: Session, digest: Digest, size: int) -> bool:
