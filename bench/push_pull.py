@@ -130,6 +130,8 @@ GOALS = {
     "pull_client_cpu_s_per_gib": 1.5,
 }
 AT_MOST = frozenset({"push_server_cpu_s_per_gib", "pull_client_cpu_s_per_gib"})
+#: A transfer whose disk was busy this share of its wall time or more is reported as bound by it.
+DISK_BOUND = 0.85
 GIB = 1 << 30
 ADMIN = "bench-admin"
 WRITER = "bench-writer"
@@ -345,6 +347,40 @@ def process_tree(pid: int) -> list[int]:
             with contextlib.suppress(OSError):
                 todo += [int(c) for c in task.read_text().split()]
     return out
+
+
+def disk_of(path: Path) -> str | None:
+    """The name in ``/proc/diskstats`` of the block device that holds ``path`` (Linux; ``None``
+    where there is none, e.g. tmpfs or an overlay)."""
+    try:
+        dev = path.stat().st_dev
+        name = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve().name
+    except OSError:
+        return None
+    return name if disk_counters(name) is not None else None
+
+
+def disk_counters(device: str) -> tuple[float, float] | None:
+    """``(MiB written, seconds busy)`` of ``device`` since boot, from ``/proc/diskstats`` (the
+    busy time is the time with at least one request in flight: near the wall time of a
+    transfer, the disk set its pace)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 12 and fields[2] == device:
+                return int(fields[9]) * 512 / MIB, int(fields[12]) / 1000
+    return None
+
+
+def sha256_cpu_s_per_gib() -> float:
+    """CPU seconds SHA-256 takes per GiB on this CPU (hashlib, 256 MiB in 8 MiB pieces): the
+    part of a push's or pull's CPU that no implementation avoids."""
+    data = memoryview(os.urandom(8 * MIB))
+    h = hashlib.sha256()
+    started = time.thread_time()
+    for _ in range(32):
+        h.update(data)
+    return (time.thread_time() - started) * 4
 
 
 def reset_peak_rss(pid: int) -> None:
@@ -734,19 +770,21 @@ def warm_up(
     shutil.rmtree(home.root)
 
 
-def timed_call(registry: Registry, fn: Any) -> tuple[Any, dict[str, float]]:
+def timed_call(registry: Registry, fn: Any, disk: str | None = None) -> tuple[Any, dict[str, float]]:
     """Run ``fn()``; its wall time, and the CPU seconds and peak RSS of this process and of the
-    server meanwhile (this process's RSS before the call is reported too: it holds torch)."""
+    server meanwhile (this process's RSS before the call is reported too: it holds torch), and
+    what the block device ``disk`` wrote and how long it was busy."""
     settle()
     registry.reset_peak_rss()
     reset_peak_rss(os.getpid())
     client_before = peak_rss_mib(os.getpid())
+    disk_before = None if disk is None else disk_counters(disk)
     server_cpu = registry.cpu_seconds()
     client_cpu = time.process_time()
     t = time.perf_counter()
     result = fn()
     seconds = time.perf_counter() - t
-    return result, {
+    sample = {
         "seconds": seconds,
         "server_cpu_seconds": registry.cpu_seconds() - server_cpu,
         "client_cpu_seconds": time.process_time() - client_cpu,
@@ -754,6 +792,11 @@ def timed_call(registry: Registry, fn: Any) -> tuple[Any, dict[str, float]]:
         "client_peak_rss_mib": peak_rss_mib(os.getpid()),
         "client_rss_before_mib": client_before,
     }
+    disk_after = None if disk is None else disk_counters(disk)
+    if disk_before is not None and disk_after is not None:
+        sample["disk_written_mib"] = disk_after[0] - disk_before[0]
+        sample["disk_busy_seconds"] = disk_after[1] - disk_before[1]
+    return result, sample
 
 
 class PhaseTimer:
@@ -837,6 +880,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
     }
     pushes: list[dict[str, Any]] = []
     pulls: list[dict[str, Any]] = []
+    disk = disk_of(work)  # where the registry's objects and the pulled stores are written
     try:
         with running_registry(work / "registry", args.backend, args.server_workers) as registry:
             warm_up(args, work, registry, depositor, raw_server)
@@ -860,6 +904,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
                         lambda client=client, local=local, remote=remote: push(
                             depositor.home, client, local, remote_ref=remote, jobs=args.jobs
                         ),
+                        disk,
                     )
                 samples["push"].append(sample)
                 pushes.append(report.to_dict())
@@ -876,6 +921,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
                         lambda client=client, home=home, remote=remote: pull(
                             home, client, remote, jobs=args.jobs
                         ),
+                        disk,
                     )
                 sample["install_seconds"] = timer.seconds
                 sample["download_seconds"] = sample["seconds"] - timer.seconds
@@ -966,6 +1012,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         "bytes": total,
         "manifest_digest": str(manifest.digest),
         "deposit_seconds": deposit_seconds,
+        "disk": disk,
         "curl": curl,
         "raw": raw,
         "push": pushed,
@@ -1139,6 +1186,7 @@ def machine() -> dict[str, Any]:
         "httpx": httpx.__version__,
         "o_direct": o_direct_supported(ROOT / "bench"),
         "curl": curl_version,
+        "sha256_cpu_s_per_gib": sha256_cpu_s_per_gib(),
     }
 
 
@@ -1167,7 +1215,8 @@ def render(report: dict[str, Any]) -> str:
         f"machine: {m['nproc']} CPUs, {m['cpu']} ({' '.join(m['cpu_flags']) or 'no sha_ni/avx'}), "
         f"python {m['python']}, uvicorn {m['uvicorn']} "
         f"({m['http parser']}), httpx {m['httpx']}, {m['curl'] or 'no curl'}, "
-        f"O_DIRECT {'yes' if m['o_direct'] else 'no'}",
+        f"O_DIRECT {'yes' if m['o_direct'] else 'no'}; SHA-256 alone "
+        f"{m['sha256_cpu_s_per_gib']:.2f} CPU s per GiB",
         "load average (1 min) at start {:.2f}, at end {:.2f}".format(*report["load_average"]),
         "source: commit {} ({})".format(
             (report["source"]["at_start"]["commit"] or "unknown")[:12],
@@ -1220,6 +1269,8 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['install_seconds_median']:.2f} s, the rest (ref, envelope, downloads) "
                 f"{r['download_seconds_median']:.2f} s"
             )
+        if (r is t["push"] or r is t["pull"]) and "disk_busy_seconds_median" in r:
+            lines.append(disk_line(t.get("disk"), r))
     if t.get("raw_fsynced_seconds") is not None:
         lines.append(
             f"  raw copy, then an fsync of it: {t['raw_fsynced_seconds']:.2f} s (fsync "
@@ -1270,6 +1321,18 @@ def render(report: dict[str, Any]) -> str:
         "checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in report["checks"].items()),
     ]
     return "\n".join(lines) + "\n"
+
+
+def disk_line(device: str | None, r: dict[str, Any]) -> str:
+    """The disk's share of a transfer: busy most of its wall time means the disk set the pace."""
+    busy, seconds = r["disk_busy_seconds_median"], r["seconds"]
+    line = (
+        f"    disk {device}: busy {busy:.2f} s of the {seconds:.2f} s ({busy / seconds:.0%}), "
+        f"{r['disk_written_mib_median']:.0f} MiB written"
+    )
+    if busy >= DISK_BOUND * seconds:
+        line += ": bound by the disk"
+    return line
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -69,6 +69,12 @@ def test_quick_run_pushes_pulls_and_dedupes_exactly(tmp_path: Path) -> None:
         for side in ("server", "client"):
             assert t[name][f"{side}_cpu_s_per_gib"] > 0
             assert t[name][f"{side}_peak_rss_mib_median"] > 0
+    assert report["machine"]["sha256_cpu_s_per_gib"] > 0
+    if t["disk"] is not None:  # a block device under the work folder: push and pull fsync every byte
+        for name in ("push", "pull"):
+            assert t[name]["disk_written_mib_median"] * 1024 * 1024 >= t["bytes"]
+            assert t[name]["disk_busy_seconds_median"] > 0
+        assert f"disk {t['disk']}: busy" in text
     assert t["measured"]["push_server_cpu_s_per_gib"] == t["push"]["server_cpu_s_per_gib"]
     assert t["measured"]["pull_client_cpu_s_per_gib"] == t["pull"]["client_cpu_s_per_gib"]
     if shutil.which("curl") is not None:

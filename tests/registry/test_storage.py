@@ -29,6 +29,7 @@ from kvreg.core.errors import (
     DigestMismatchError,
     InvalidDigestError,
     ObjectNotFoundError,
+    StoreError,
     UnavailableError,
 )
 from kvreg.fileio import directio
@@ -601,6 +602,81 @@ def test_concurrent_commits_of_one_digest(backend: Backend, size: int) -> None:
     assert len(backend.object_names()) == 1
     assert read_all(s, d) == data
     assert backend.leftovers() == []
+
+
+def sealed_uploads(storage: ObjectStorage, blobs: list[bytes]) -> list[tuple[PendingObject, Digest]]:
+    out = []
+    for data in blobs:
+        pending = storage.begin_upload()
+        pending.write(data)
+        digest = Digest.of_bytes(data)
+        pending.seal(digest)
+        out.append((pending, digest))
+    return out
+
+
+def test_commit_many_publishes_every_upload_and_leaves_nothing(backend: Backend) -> None:
+    s = backend.storage
+    blobs = [data_of(size, seed=40 + i) for i, size in enumerate((0, 1, 5000, LARGE))]
+    assert upload(s, blobs[1]) is True  # already stored: reported as not new
+    stored = s.commit_many(sealed_uploads(s, blobs))
+    assert stored == [True, False, True, True]
+    for data in blobs:
+        assert read_all(s, Digest.of_bytes(data)) == data
+    assert backend.leftovers() == []
+    assert s.commit_many([]) == []
+
+
+def test_folder_commit_many_fsyncs_each_new_folder_once_after_the_last_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvreg_registry.storage import folder as folder_module
+
+    s = FolderStorage(tmp_path / "storage")
+    blobs = [data_of(1000, seed=50 + i) for i in range(12)]
+    upload(s, blobs[0])
+    uploads = sealed_uploads(s, blobs)
+    events: list[tuple[str, Path]] = []
+    real_link = os.link
+    monkeypatch.setattr(folder_module, "fsync_dir", lambda path: events.append(("fsync", Path(path))))
+
+    def link(src: Any, dst: Any, **kwargs: Any) -> None:
+        events.append(("link", Path(dst)))
+        real_link(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    assert s.commit_many(uploads) == [False] + [True] * 11
+    links = [path for kind, path in events if kind == "link"]
+    fsyncs = [path for kind, path in events if kind == "fsync"]
+    assert len(links) == 12
+    assert sorted(fsyncs) == sorted({s.path_for(Digest.of_bytes(b)).parent for b in blobs[1:]})
+    assert [kind for kind, _ in events] == ["link"] * 12 + ["fsync"] * len(fsyncs)
+    assert list(s.tmp_dir.iterdir()) == []
+
+
+def test_folder_commit_many_failing_midway_keeps_the_first_and_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = FolderStorage(tmp_path / "storage")
+    blobs = [data_of(1000, seed=60 + i) for i in range(3)]
+    uploads = sealed_uploads(s, blobs)
+    real_link = os.link
+    refused = s.path_for(Digest.of_bytes(blobs[1]))
+
+    def link(src: Any, dst: Any, **kwargs: Any) -> None:
+        if Path(dst) == refused:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_link(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", link)  # the fallback of a refused link fails the same way
+    with pytest.raises(StoreError, match="No space left"):
+        s.commit_many(uploads)
+    for pending, _ in uploads[2:]:
+        pending.abort()  # as the pack's receiver does for the ones not committed
+    assert s.exists(Digest.of_bytes(blobs[0]))
+    assert not s.exists(Digest.of_bytes(blobs[1])) and not s.exists(Digest.of_bytes(blobs[2]))
+    assert list(s.tmp_dir.iterdir()) == []
 
 
 def test_s3_unconditional_writes_still_store_once(request: pytest.FixtureRequest, tmp_path: Path) -> None:

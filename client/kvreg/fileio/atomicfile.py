@@ -77,8 +77,11 @@ def finish(f: BinaryIO) -> None:
     os.fsync(f.fileno())
 
 
-def install(tmp: Path, final: Path, *, mode: int = READ_ONLY, exclusive: bool = False) -> bool:
-    """Move a finished temp file to its final name; fsync the destination folder.
+def install(
+    tmp: Path, final: Path, *, mode: int = READ_ONLY, exclusive: bool = False, sync_dir: bool = True
+) -> bool:
+    """Move a finished temp file to its final name; fsync the destination folder (unless
+    ``sync_dir`` is false: then the caller fsyncs it, e.g. once for several files).
 
     With ``exclusive=False`` the temp file replaces any file at ``final``
     (``os.replace``) and the function returns ``True``. With ``exclusive=True`` an
@@ -100,7 +103,8 @@ def install(tmp: Path, final: Path, *, mode: int = READ_ONLY, exclusive: bool = 
             tmp.replace(final)
     else:
         tmp.replace(final)
-    fsync_dir(final.parent)
+    if sync_dir:
+        fsync_dir(final.parent)
     return True
 
 

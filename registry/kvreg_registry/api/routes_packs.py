@@ -257,13 +257,10 @@ def _commit(
     transaction (a worker thread): per object, as a single PUT does. Every row lock is taken
     before the first object is published (in digest order, so that two packs of the same
     objects never wait on each other in a cycle)."""
-    stored: list[bool] = []
     with st.db.write() as s:
         namespace = accounts.get_namespace(s, ns)
         object_service.lock_objects(s, items)
-        for digest, obj in zip((d for d, _ in items), pending, strict=True):
-            stored.append(obj.commit(digest))
-            crash_point("registry.object.after_publish")
+        stored = st.storage.commit_many(list(zip(pending, (d for d, _ in items), strict=True)))
         new_to_ns = object_service.hold_many(s, namespace, (d for d, _ in items))
         held = [str(digest) in new_to_ns for digest, _ in items]
         entries = [

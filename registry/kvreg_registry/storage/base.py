@@ -26,7 +26,7 @@ import hashlib
 import logging
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO, ClassVar, Protocol
@@ -308,6 +308,18 @@ class ObjectStorage(ABC):
     @abstractmethod
     def begin_upload(self) -> PendingObject:
         """A new :class:`PendingObject` to write bytes into."""
+
+    def commit_many(self, uploads: Sequence[tuple[PendingObject, Digest]]) -> list[bool]:
+        """Commit several uploads, in order (an object pack's, inside its write transaction):
+        what :meth:`PendingObject.commit` returns for each. When this returns, every one is
+        visible and durable; a backend may make them durable together (the folder storage
+        fsyncs each folder once, after the last one). An exception leaves the ones committed
+        before it visible, as single commits would."""
+        stored: list[bool] = []
+        for pending, digest in uploads:
+            stored.append(pending.commit(digest))
+            crash_point("registry.object.after_publish")
+        return stored
 
     @abstractmethod
     def exists(self, digest: Digest) -> bool:
