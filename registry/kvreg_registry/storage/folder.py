@@ -4,7 +4,8 @@ The layout and the write path are those of the client's store
 (``kvreg.store.objects``): an upload is written to a ``*.incomplete`` temp file in
 ``<root>/tmp`` (same filesystem as ``objects/``), hashed while it is written,
 fsynced, made read-only (0444) and hard-linked to its final name only once its
-digest is verified; the folder is fsynced after. A hard link never replaces an
+digest is verified; the folder is fsynced after (for an object pack, each folder once,
+after the pack's last link: :meth:`FolderStorage.commit_many`). A hard link never replaces an
 existing name, so concurrent commits of the same digest, from threads or
 processes, all succeed and exactly one of them reports the bytes as new. A
 crash leaves at most a temp file, which :meth:`FolderStorage.sweep_incomplete`
@@ -104,6 +105,7 @@ class FolderPending(PendingObject):
                 return self._storage.install(self._path, digest, self.size)
             finally:
                 self._close_and_remove()
+        # In a batch the temp name stays until the batch's end, which removes it.
         new = self._storage.install(self._path, digest, self.size, sync_dir=False)
         if new:
             batch.folders.add(self._storage.path_for(digest).parent)
