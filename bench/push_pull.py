@@ -1269,7 +1269,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{r['install_seconds_median']:.2f} s, the rest (ref, envelope, downloads) "
                 f"{r['download_seconds_median']:.2f} s"
             )
-        if (r is t["push"] or r is t["pull"]) and "disk_busy_seconds_median" in r:
+        if "disk_busy_seconds_median" in r:  # the push and pull rows, where the work folder is on a disk
             lines.append(disk_line(t.get("disk"), r))
     if t.get("raw_fsynced_seconds") is not None:
         lines.append(
