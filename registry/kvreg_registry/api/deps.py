@@ -42,17 +42,40 @@ def bearer_token(request: Request) -> str | None:
     return token
 
 
-def principal_sync(st: RegistryState, request: Request) -> Principal:
+def authenticate_request(session: Session, request: Request) -> Principal:
+    """The caller of ``request``, its bearer token looked up in ``session`` (anonymous without an
+    Authorization header; ``UnauthenticatedError`` for a malformed header or an unknown, revoked
+    or expired token).
+
+    Failed authentications are counted per client and per token prefix; past the limit they
+    answer 429 before any lookup. Only the lookup is counted: what the caller does with the
+    principal afterwards (a role it lacks) is not a failed authentication.
+    """
     header = request.headers.get("authorization")
     if header is None:
         return Principal()
-    # Failed authentications (malformed header, unknown/revoked/expired token) are counted
-    # per client and per token prefix; past the limit they answer 429 before any lookup.
     presented = header.partition(" ")[2].strip()[:256] or None
     with auth_attempt(request, presented):
         token = bearer_token(request)
         assert token is not None
-        return principal_of_token(st, token)
+        return authenticate(session, token)
+
+
+def refresh_last_used(st: RegistryState, who: Principal) -> None:
+    """Bring the token's last-used time up to date when it is stale (a write every few minutes
+    per token, not one per request), in a transaction of its own after the lookup's."""
+    if needs_last_used_update(who) and who.token_id is not None:
+        with st.db.write() as s:
+            touch_token(s, who.token_id)
+
+
+def principal_sync(st: RegistryState, request: Request) -> Principal:
+    if request.headers.get("authorization") is None:
+        return Principal()
+    with st.db.read() as s:
+        who = authenticate_request(s, request)
+    refresh_last_used(st, who)
+    return who
 
 
 def principal_of_token(st: RegistryState, token: str) -> Principal:
@@ -60,9 +83,7 @@ def principal_of_token(st: RegistryState, token: str) -> Principal:
     its last-used time is brought up to date when it is stale. The caller counts failures."""
     with st.db.read() as s:
         who = authenticate(s, token)
-    if needs_last_used_update(who) and who.token_id is not None:
-        with st.db.write() as s:
-            touch_token(s, who.token_id)
+    refresh_last_used(st, who)
     return who
 
 
@@ -70,7 +91,7 @@ async def principal(request: Request) -> Principal:
     return await run_in_threadpool(principal_sync, state(request), request)
 
 
-@dataclass(frozen=True)
+@dataclass
 class NamespaceAccess:
     """The caller's way into the namespace ``{ns}`` of the request path.
 
@@ -79,23 +100,64 @@ class NamespaceAccess:
     read looks absent). They open nothing until the route calls them, so the session is
     the route's own: it commits before the response is sent, and its errors are answered
     like any other.
+
+    ``principal`` is the caller, or ``None`` for a *deferred* access
+    (:func:`deferred_namespace_access`): then the first session :meth:`session`,
+    :meth:`read` or :meth:`write` opens authenticates the caller from ``request`` before
+    anything else, so that a route reading one thing pays for one transaction and one
+    worker-thread hop, not two of each; :attr:`who` is known from then on.
     """
 
     st: RegistryState
-    who: Principal
+    principal: Principal | None
     name: str
+    request: Request | None = None
+
+    @property
+    def who(self) -> Principal:
+        """The caller (``RuntimeError`` on a deferred access before its first session)."""
+        if self.principal is None:
+            raise RuntimeError("a deferred NamespaceAccess knows its caller after its first session")
+        return self.principal
+
+    @contextmanager
+    def session(self) -> Iterator[tuple[Session, Principal]]:
+        """A read-only session and the caller (authenticated in it on a deferred access)."""
+        deferred = self.principal is None
+        try:
+            with self.st.db.read() as s:
+                yield s, self._caller(s)
+        finally:
+            self._refresh(deferred)
 
     @contextmanager
     def write(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
         """A write transaction and the namespace, if the caller has ``role`` in it."""
-        with self.st.db.write() as s:
-            yield s, accounts.readable_namespace(s, self.who, self.name, role)
+        deferred = self.principal is None
+        try:
+            with self.st.db.write() as s:
+                yield s, accounts.readable_namespace(s, self._caller(s), self.name, role)
+        finally:
+            self._refresh(deferred)
 
     @contextmanager
     def read(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
         """A read-only session and the namespace, if the caller has ``role`` in it."""
-        with self.st.db.read() as s:
-            yield s, accounts.readable_namespace(s, self.who, self.name, role)
+        with self.session() as (s, who):
+            yield s, accounts.readable_namespace(s, who, self.name, role)
+
+    def _caller(self, session: Session) -> Principal:
+        if self.principal is None:
+            if self.request is None:  # pragma: no cover - deferred_namespace_access always sets it
+                raise RuntimeError("a deferred NamespaceAccess needs the request")
+            self.principal = authenticate_request(session, self.request)
+        return self.principal
+
+    def _refresh(self, deferred: bool) -> None:
+        """After the session that authenticated a deferred caller (even if the route then failed:
+        the token was used), what :func:`principal_sync` does after its lookup."""
+        if deferred and self.principal is not None:
+            refresh_last_used(self.st, self.principal)
 
 
 async def namespace_access(request: Request, who: Principal = Depends(principal)) -> NamespaceAccess:
@@ -105,6 +167,14 @@ async def namespace_access(request: Request, who: Principal = Depends(principal)
     ``ns: NsPath`` stays the one declaration in the OpenAPI document, in its place.
     """
     return NamespaceAccess(state(request), who, request.path_params["ns"])
+
+
+async def deferred_namespace_access(request: Request) -> NamespaceAccess:
+    """:func:`namespace_access` for a route whose first act is one session of
+    :class:`NamespaceAccess` (an object's GET or HEAD, the bulk of every pull): the caller is
+    authenticated inside that session, on the route's worker thread, not in a hop and a
+    transaction of its own. The route must not use :attr:`NamespaceAccess.who` before it."""
+    return NamespaceAccess(state(request), None, request.path_params["ns"], request)
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -29,7 +29,7 @@ from kvreg.core.names import validate_namespace
 from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
-from kvreg_registry.api.deps import NamespaceAccess, etag, namespace_access
+from kvreg_registry.api.deps import NamespaceAccess, deferred_namespace_access, etag, namespace_access
 from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
@@ -332,15 +332,18 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def _object_size(access: NamespaceAccess, d: Digest) -> int:
-    with access.read() as (s, namespace):
-        return object_service.held_size(s, namespace, d)
+def _object_size(access: NamespaceAccess, digest: str) -> tuple[Digest, int]:
+    """The digest and size of an object the namespace holds, in one read session: the caller
+    (on a deferred access), then the digest's syntax, then the namespace and the object."""
+    with access.session() as (s, who):
+        d = Digest(digest)
+        namespace = accounts.readable_namespace(s, who, access.name, "read")
+        return d, object_service.held_size(s, namespace, d)
 
 
 def object_response(request: Request, access: NamespaceAccess, digest: str, *, head: bool) -> Response:
     st = access.st
-    d = Digest(digest)
-    size = _object_size(access, d)
+    d, size = _object_size(access, digest)
     headers = {
         "Accept-Ranges": "bytes",
         "ETag": etag(d),
@@ -407,7 +410,7 @@ def get_object(
     ns: NsPath,
     digest: DigestPath,
     request: Request,
-    access: NamespaceAccess = Depends(namespace_access),
+    access: NamespaceAccess = Depends(deferred_namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
     return object_response(request, access, digest, head=False)
@@ -426,7 +429,7 @@ def head_object(
     ns: NsPath,
     digest: DigestPath,
     request: Request,
-    access: NamespaceAccess = Depends(namespace_access),
+    access: NamespaceAccess = Depends(deferred_namespace_access),
     range_: str | None = RANGE_HEADER,
 ) -> Response:
     return object_response(request, access, digest, head=True)
