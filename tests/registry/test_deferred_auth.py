@@ -44,9 +44,10 @@ class Reg:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         return self.client.request(method, f"/api/v1/namespaces/team/objects/{digest}", headers=headers)
 
-    def last_used(self, token: str) -> Any:
+    def last_used(self, label: str) -> Any:
+        """The last-used time of the token labelled ``label``."""
         with self.app.state.registry.db.read() as s:
-            return s.scalar(select(ApiToken.last_used_at).where(ApiToken.label == token))
+            return s.scalar(select(ApiToken.last_used_at).where(ApiToken.label == label))
 
 
 @pytest.fixture
