@@ -7,8 +7,8 @@ helpers never change the OpenAPI document.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,22 +123,14 @@ class NamespaceAccess:
     @contextmanager
     def session(self) -> Iterator[tuple[Session, Principal]]:
         """A read-only session and the caller (authenticated in it on a deferred access)."""
-        deferred = self.principal is None
-        try:
-            with self.st.db.read() as s:
-                yield s, self._caller(s)
-        finally:
-            self._refresh(deferred)
+        with self._opened(self.st.db.read) as opened:
+            yield opened
 
     @contextmanager
     def write(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
         """A write transaction and the namespace, if the caller has ``role`` in it."""
-        deferred = self.principal is None
-        try:
-            with self.st.db.write() as s:
-                yield s, accounts.readable_namespace(s, self._caller(s), self.name, role)
-        finally:
-            self._refresh(deferred)
+        with self._opened(self.st.db.write) as (s, who):
+            yield s, accounts.readable_namespace(s, who, self.name, role)
 
     @contextmanager
     def read(self, role: str = "read") -> Iterator[tuple[Session, Namespace]]:
@@ -146,18 +138,27 @@ class NamespaceAccess:
         with self.session() as (s, who):
             yield s, accounts.readable_namespace(s, who, self.name, role)
 
+    @contextmanager
+    def _opened(
+        self, open_session: Callable[[], AbstractContextManager[Session]]
+    ) -> Iterator[tuple[Session, Principal]]:
+        """A session from ``open_session`` and the caller. A deferred caller is authenticated
+        first thing in it; after the session (even if the route then failed: the token was
+        used), its last-used time is brought up to date, as :func:`principal_sync` does."""
+        deferred = self.principal is None
+        try:
+            with open_session() as s:
+                yield s, self._caller(s)
+        finally:
+            if deferred and self.principal is not None:
+                refresh_last_used(self.st, self.principal)
+
     def _caller(self, session: Session) -> Principal:
         if self.principal is None:
             if self.request is None:  # pragma: no cover - deferred_namespace_access always sets it
                 raise RuntimeError("a deferred NamespaceAccess needs the request")
             self.principal = authenticate_request(session, self.request)
         return self.principal
-
-    def _refresh(self, deferred: bool) -> None:
-        """After the session that authenticated a deferred caller (even if the route then failed:
-        the token was used), what :func:`principal_sync` does after its lookup."""
-        if deferred and self.principal is not None:
-            refresh_last_used(self.st, self.principal)
 
 
 async def namespace_access(request: Request, who: Principal = Depends(principal)) -> NamespaceAccess:
