@@ -2,8 +2,8 @@
 
 ``Library`` wraps a ``TestClient`` of ``create_app`` (the real app: alembic-made
 database, real storage backend, real signature and manifest checks) and publishes
-artifacts the way ``kvreg push`` does (``push``): objects, then the signed envelope,
-then the ref. Artifacts are built (``core.manifest_helpers.signed_artifact``) from token
+artifacts the way ``kvreg push`` does (``push``): objects in one upload session and one
+object pack, then the signed envelope, then the ref. Artifacts are built (``core.manifest_helpers.signed_artifact``) from token
 ids: chunk ``i`` (``kv_chunks``) is a function of the tokens up to the end of block ``i``
 (as real KV blocks are, by causality), so two artifacts whose tokens share a prefix
 share exactly the chunks of the shared full blocks.
@@ -133,12 +133,29 @@ class Library:
         return Published(namespace, ref, built.digest, built.manifest, text)
 
     def push(self, namespace: str, ref: str | None, built: Built, token: str | None = None) -> None:
-        """Upload ``built`` as ``kvreg push`` does: its objects and manifest, its envelope, then
-        ``ref`` (none if None), made or moved to it."""
+        """Upload ``built`` as ``kvreg push`` does: an upload session listing its objects and
+        manifest, the ones the namespace lacks in one object pack, the session closed, the
+        envelope, then ``ref`` (none if None), made or moved to it."""
         objects = {**built.objects, built.digest: built.manifest.raw_bytes}
-        for digest, data in objects.items():
-            r = self.api("PUT", f"/namespaces/{namespace}/objects/{digest}", token, content=data)
-            assert r.status_code in (200, 201), r.text
+        r = self.api(
+            "POST", f"/namespaces/{namespace}/uploads", token, json={"digests": [str(d) for d in objects]}
+        )
+        assert r.status_code in (200, 201), r.text
+        upload, missing = r.json()["upload"], [Digest(d) for d in r.json()["missing"]]
+        if missing:
+            r = self.api(
+                "POST",
+                f"/namespaces/{namespace}/uploads/{upload}/objects",
+                token,
+                content=b"".join(objects[d] for d in missing),
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "X-Kvreg-Objects": ",".join(f"{d}={len(objects[d])}" for d in missing),
+                },
+            )
+            assert r.status_code == 200, r.text
+        r = self.api("DELETE", f"/namespaces/{namespace}/uploads/{upload}", token)
+        assert r.status_code in (200, 204), r.text
         r = self.api(
             "PUT", f"/namespaces/{namespace}/envelopes/{built.digest}", token, content=built.envelope_bytes
         )
