@@ -242,7 +242,7 @@ def test_search_runs_a_bounded_number_of_statements(lib: Library) -> None:
     for i in range(3):
         publish(lib, ns, f"s{i}", f"bounded {i}")
     small = statements()
-    for i in range(3, 30):
+    for i in range(3, 15):  # five times as many artifacts: the count must not move
         publish(lib, ns, f"s{i}", f"bounded {i}")
     # count, page, refs (and SET/RESET around them on PostgreSQL); 4 facets
     assert statements() == small == (3 if lib.app_state.db.dialect == "sqlite" else 5) + 4
@@ -357,7 +357,7 @@ def test_any_text_searches_without_error_and_finds_its_own_words(lib: Library) -
     digest = publish(lib, ns, "h", "placeholder")
     db = lib.app_state.db
 
-    @settings(max_examples=150, deadline=None, database=None)
+    @settings(max_examples=80, deadline=None, database=None)
     @given(content=st.text(max_size=60), query=st.text(max_size=30))
     def check(content: str, query: str) -> None:
         with db.write() as s:
