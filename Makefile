@@ -77,7 +77,7 @@ browser:
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
 # so an empty suite can never pass silently.
 test: install lint imports types services browser model
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 bench: install
 	$(PY) bench/graft_vs_prefill.py
