@@ -3,10 +3,11 @@
 ``Library`` wraps a ``TestClient`` of ``create_app`` (the real app: alembic-made
 database, real storage backend, real signature and manifest checks) and publishes
 artifacts the way ``kvreg push`` does (``push``): objects in one upload session and one
-object pack, then the signed envelope, then the ref. Artifacts are built (``core.manifest_helpers.signed_artifact``) from token
-ids: chunk ``i`` (``kv_chunks``) is a function of the tokens up to the end of block ``i``
-(as real KV blocks are, by causality), so two artifacts whose tokens share a prefix
-share exactly the chunks of the shared full blocks.
+object pack, then the signed envelope, then the ref. Artifacts are built
+(``core.manifest_helpers.signed_artifact``) from token ids: chunk ``i`` (``kv_chunks``)
+is a function of the tokens up to the end of block ``i`` (as real KV blocks are, by
+causality), so two artifacts whose tokens share a prefix share exactly the chunks of
+the shared full blocks.
 
 ``count_queries`` counts the SQL statements the app runs (SQLAlchemy's
 ``before_cursor_execute`` event on the app's engine) for the bounded-query tests.

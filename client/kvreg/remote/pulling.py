@@ -10,10 +10,11 @@ streams, renamed to ``<hex>`` only when its digest matches. A mismatch raises
 ``DigestMismatchError`` (exit 3) and deletes the whole staging folder, so a
 tampered registry leaves no trace in the store. When every object is staged the
 objects are moved into the store (``Staging.install``: linked in without a second
-read, since each was hashed as it streamed), then the manifest, then the envelope, and the local ref is set last, by compare-and-swap
-(a local tag on another digest is ``TagImmutableError``; a remote tag becomes a
-local tag). An interrupted pull resumes: complete staged objects are not
-downloaded again and a partial one continues with a ``Range`` request.
+read, since each was hashed as it streamed), then the manifest, then the envelope,
+and the local ref is set last, by compare-and-swap (a local tag on another digest
+is ``TagImmutableError``; a remote tag becomes a local tag). An interrupted pull
+resumes: complete staged objects are not downloaded again and a partial one
+continues with a ``Range`` request.
 
 **A lazy pull** (``lazy=True``, ``kvreg pull --lazy``) checks everything as above
 but downloads only the tokens object (and stores the manifest from the envelope):
