@@ -30,6 +30,7 @@ from kvreg.core.blockkey import pack_tokens
 from kvreg.core.digest import Digest
 from kvreg.core.keys import SigningKey
 from kvreg.core.manifest import Manifest
+from kvreg_registry.api.routes_packs import OBJECTS_HEADER
 from kvreg_registry.auth import Principal
 from kvreg_registry.services import accounts
 
@@ -151,7 +152,7 @@ class Library:
                 content=b"".join(objects[d] for d in missing),
                 headers={
                     "Content-Type": "application/octet-stream",
-                    "X-Kvreg-Objects": ",".join(f"{d}={len(objects[d])}" for d in missing),
+                    OBJECTS_HEADER: ",".join(f"{d}={len(objects[d])}" for d in missing),
                 },
             )
             assert r.status_code == 200, r.text
