@@ -111,3 +111,37 @@ def test_objects_travel_over_tls_with_a_private_ca(monkeypatch: pytest.MonkeyPat
             client.get_object_to("ns", digest, tmp_path / "refused")
         assert "SSL_CERT_FILE" in (refused.value.hint or "")
         assert len(srv.requests()) == 0  # refused in the handshake, not retried
+
+
+def test_json_requests_verify_https_and_plain_http_loads_no_trust_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The registry's JSON requests over https are verified with the CA of SSL_CERT_FILE (and
+    refused without it); a plain-http session never builds a TLS context (it would load a trust
+    store for nothing)."""
+    from kvreg.remote.http import RegistryClient
+
+    from .helpers import serve
+
+    ca, server_context = _ca_and_server_cert(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    with serve(tls=server_context) as srv:
+        srv.route("/api/v1/whoami", {"user": "alice"})
+        with RegistryClient(srv.url, "kvreg_" + "t" * 43, timeout=20) as client:
+            assert client.whoami() == {"user": "alice"}
+        monkeypatch.delenv("SSL_CERT_FILE")
+        with RegistryClient(srv.url, "kvreg_" + "t" * 43, timeout=20) as client:
+            with pytest.raises(RemoteError, match=r"certificate of 127\.0\.0\.1 is not trusted") as refused:
+                client.whoami()
+            assert "SSL_CERT_FILE" in (refused.value.hint or "")
+        assert len(srv.requests()) == 1  # the refused one never got past the handshake, nor retried
+
+    built: list[object] = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: built.append(a) or real(*a, **k))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    with serve() as srv:
+        srv.route("/api/v1/whoami", {"user": "bob"})
+        with RegistryClient(srv.url, "kvreg_" + "t" * 43, timeout=20) as client:
+            assert client.whoami() == {"user": "bob"}
+    assert built == []

@@ -215,6 +215,32 @@ def _tls_verify(verify: bool | str) -> bool | str | ssl.SSLContext:
     return ssl.create_default_context(cafile=cafile, capath=capath)
 
 
+class _TlsOnFirstUse(httpx.BaseTransport):
+    """An ``https://`` transport built on its first request: loading a trust store costs tens of
+    milliseconds of CPU (60 ms for the system bundle of ``SSL_CERT_FILE`` on the benchmark host),
+    which a session with a plain-http registry would pay for nothing on every command."""
+
+    def __init__(self, build: Callable[[], httpx.BaseTransport]) -> None:
+        self._build = build
+        self._transport: httpx.BaseTransport | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> httpx.BaseTransport:
+        with self._lock:
+            if self._transport is None:
+                self._transport = self._build()
+            return self._transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._get().handle_request(request)
+
+    def close(self) -> None:
+        with self._lock:
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+
+
 class HttpSession:
     """Requests to one registry with retries; see the module docstring."""
 
@@ -254,23 +280,41 @@ class HttpSession:
         timeouts = httpx.Timeout(timeout, connect=connect_timeout, pool=None)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # trust_env is off (no proxies or .netrc picked up silently); the CA settings that
-        # users of a private certificate authority rely on are honoured explicitly.
-        self._verify = _tls_verify(verify)
+        # users of a private certificate authority rely on are honoured explicitly, when the
+        # first https request needs them (ssl_context).
+        self._verify_setting = verify
         self._ssl: ssl.SSLContext | None = None
         self._ssl_lock = threading.Lock()
         common: dict[str, Any] = {"timeout": timeouts, "limits": limits, "trust_env": False}
+        mounts: dict[str, httpx.BaseTransport] | None = None
+        if transport is None:
+            transport, mounts = self.transports(limits)
         self.http = httpx.Client(
-            headers=headers, follow_redirects=False, transport=transport, verify=self._verify, **common
+            headers=headers, follow_redirects=False, transport=transport, mounts=mounts, **common
         )
         # Object bodies (uploads, downloads, storage redirects) take the bulk transport;
         # ``transport`` (tests, custom stacks) applies to the JSON requests above only.
         self.bulk = BulkHttp(timeout=timeout, connect_timeout=connect_timeout, ssl_context=self.ssl_context)
 
+    def transports(
+        self, limits: httpx.Limits | None = None
+    ) -> tuple[httpx.BaseTransport, dict[str, httpx.BaseTransport]]:
+        """``(transport, mounts)`` for an ``httpx.Client`` with this session's TLS settings, built
+        on the first https request: every https:// URL takes the mounted transport, which
+        verifies with :meth:`ssl_context`; the default one carries plain http only, where there
+        is no certificate to verify."""
+        limits = limits or httpx.Limits()
+        tls = _TlsOnFirstUse(
+            lambda: httpx.HTTPTransport(verify=self.ssl_context(), limits=limits, trust_env=False)
+        )
+        plain = httpx.HTTPTransport(verify=False, limits=limits, trust_env=False)  # http:// only (above)
+        return plain, {"https://": tls}
+
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS settings of the bulk transport: httpx's, built from the same ``verify``."""
         with self._ssl_lock:
             if self._ssl is None:
-                v = self._verify
+                v = _tls_verify(self._verify_setting)
                 self._ssl = v if isinstance(v, ssl.SSLContext) else httpx.create_ssl_context(verify=v)
             return self._ssl
 
@@ -374,6 +418,9 @@ class HttpSession:
         try:
             response = self.http.send(self.http.build_request(method, url, **kwargs), stream=True)
         except httpx.TransportError as e:
+            untrusted = _cert_error(e)
+            if untrusted is not None:
+                raise _untrusted(url, untrusted) from e
             raise _Retry(_transport_reason(e)) from e
         try:
             status = response.status_code
@@ -622,6 +669,16 @@ class HttpSession:
             raise self.error(status, response.headers, response.read_capped(MAX_ERROR_BYTES), url)
         sink.receive(response, digest, max_size)
         return True
+
+
+def _cert_error(e: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate error under a transport error (httpx wraps httpcore's, which wraps ssl's)."""
+    seen: BaseException | None = e
+    for _ in range(8):
+        if seen is None or isinstance(seen, ssl.SSLCertVerificationError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _untrusted(url: str, e: ssl.SSLCertVerificationError) -> RemoteError:

@@ -82,10 +82,12 @@ class OciTransport:
             verify=verify,
             transport=None,
         )
+        token_transport, token_mounts = self.session.transports()
         self._token_http = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             trust_env=False,
-            verify=self.session.ssl_context(),
+            transport=token_transport,
+            mounts=token_mounts,
             follow_redirects=False,
         )
         self.auth = Authenticator(
