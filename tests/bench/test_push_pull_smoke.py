@@ -70,6 +70,7 @@ def test_quick_run_pushes_pulls_and_dedupes_exactly(tmp_path: Path) -> None:
             assert t[name][f"{side}_cpu_s_per_gib"] > 0
             assert t[name][f"{side}_peak_rss_mib_median"] > 0
     assert report["machine"]["sha256_cpu_s_per_gib"] > 0
+    assert report["machine"]["receive_and_hash_cpu_s_per_gib"] > 0
     if t["disk"] is not None:  # a block device under the work folder: push and pull fsync every byte
         for name in ("push", "pull"):
             assert t[name]["disk_written_mib_median"] * 1024 * 1024 >= t["bytes"]
