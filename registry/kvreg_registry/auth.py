@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -38,6 +39,32 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+class TokenFields(Protocol):
+    """What :func:`principal_of` reads of a token: an ``ApiToken`` or a row with its columns."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def revoked_at(self) -> dt.datetime | None: ...
+    @property
+    def expires_at(self) -> dt.datetime | None: ...
+    @property
+    def last_used_at(self) -> dt.datetime | None: ...
+
+
+class UserFields(Protocol):
+    """What :func:`principal_of` reads of a user: a ``User`` or a row with its columns."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def is_admin(self) -> bool: ...
+    @property
+    def disabled_at(self) -> dt.datetime | None: ...
+
+
 @dataclass
 class Principal:
     """The caller: ``user`` is None for an anonymous request."""
@@ -55,21 +82,30 @@ class Principal:
         return self.user_id is None and not self.is_admin
 
     def role_in(self, session: Session, namespace: Namespace) -> str | None:
+        if not self.is_admin and self.user_id is not None and namespace.id not in self._roles:
+            self._roles[namespace.id] = session.scalar(
+                select(Role.role).where(Role.user_id == self.user_id, Role.namespace_id == namespace.id)
+            )
+        return self.known_role(namespace.id)
+
+    def known_role(self, namespace_id: int) -> str | None:
+        """The caller's role in a namespace as far as it is known without a query: ``admin`` for
+        a server admin, ``None`` for the anonymous caller or a role not read yet."""
         if self.is_admin:
             return "admin"
         if self.user_id is None:
             return None
-        if namespace.id not in self._roles:
-            self._roles[namespace.id] = session.scalar(
-                select(Role.role).where(Role.user_id == self.user_id, Role.namespace_id == namespace.id)
-            )
-        return self._roles[namespace.id]
+        return self._roles.get(namespace_id)
 
     def can(self, session: Session, namespace: Namespace, role: str) -> bool:
         if role == "read" and namespace.public:
             return True
-        have = self.role_in(session, namespace)
-        return have is not None and ROLE_RANK[have] >= ROLE_RANK[role]
+        return role_grants(self.role_in(session, namespace), role)
+
+    def knows_role(self, namespace_id: int, role: str | None) -> None:
+        """Remember the caller's role in a namespace, read by a statement of the caller's own
+        (``role_in`` then asks the database nothing for it)."""
+        self._roles[namespace_id] = role
 
     def require(self, session: Session, namespace: Namespace, role: str) -> None:
         """Raise unless the caller has ``role`` in ``namespace`` (401, 403 or 404)."""
@@ -129,8 +165,9 @@ def principal_for_token_id(session: Session, token_id: int) -> Principal:
     return principal_of(row[0], row[1])
 
 
-def principal_of(token_row: ApiToken, user: User) -> Principal:
-    """The principal of a token row and its user, refused when the token or user is not usable."""
+def principal_of(token_row: TokenFields, user: UserFields) -> Principal:
+    """The principal of a token row and its user (ORM entities, or the columns of the same names
+    read by a statement of one's own), refused when the token or user is not usable."""
     now = utcnow()
     if token_row.revoked_at is not None:
         raise UnauthenticatedError("this token was revoked")
@@ -141,6 +178,11 @@ def principal_of(token_row: ApiToken, user: User) -> Principal:
     principal = Principal(user_id=user.id, name=user.name, is_admin=user.is_admin, token_id=token_row.id)
     principal.last_used_at = token_row.last_used_at
     return principal
+
+
+def role_grants(have: str | None, wanted: str) -> bool:
+    """Whether holding role ``have`` (``None``: no role) is enough for ``wanted``."""
+    return have is not None and ROLE_RANK[have] >= ROLE_RANK[wanted]
 
 
 LAST_USED_RESOLUTION = dt.timedelta(minutes=5)

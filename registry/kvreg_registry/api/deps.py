@@ -18,11 +18,17 @@ from starlette.concurrency import run_in_threadpool
 
 from kvreg.core.canonical import parse_json_object
 from kvreg.core.digest import Digest
-from kvreg.core.errors import BodyTooLargeError, RequestInvalidError, UnauthenticatedError
+from kvreg.core.errors import (
+    BodyTooLargeError,
+    InvalidDigestError,
+    RequestInvalidError,
+    UnauthenticatedError,
+)
 from kvreg_registry.api.ratelimit import auth_attempt
-from kvreg_registry.auth import Principal, authenticate, needs_last_used_update, touch_token
+from kvreg_registry.auth import Principal, authenticate, hash_token, needs_last_used_update, touch_token
 from kvreg_registry.db.models import Namespace
-from kvreg_registry.services import accounts
+from kvreg_registry.services import accounts, object_reads
+from kvreg_registry.services import objects as object_service
 from kvreg_registry.state import RegistryState
 
 
@@ -138,17 +144,62 @@ class NamespaceAccess:
         with self.session() as (s, who):
             yield s, accounts.readable_namespace(s, who, self.name, role)
 
+    def held_object(self, digest: str) -> tuple[Digest, int]:
+        """The digest and size of an object the namespace holds, in one read session: the
+        caller (on a deferred access), then the digest's syntax, then the namespace and the
+        object, each refused with its own error in that order.
+
+        On a deferred access the answer is first looked for with one statement
+        (``object_reads``: an object's GET or HEAD is the bulk of every pull); when that does
+        not grant it, the same session takes the general way, which says why."""
+        with self._transaction(self.st.db.read) as s:
+            if self.principal is None and self.request is not None:
+                granted = self._held_in_one_statement(s, self.request, digest)
+                if granted is not None:
+                    return granted
+            who = self._caller(s)
+            d = Digest(digest)
+            namespace = accounts.readable_namespace(s, who, self.name, "read")
+            return d, object_service.held_size(s, namespace, d)
+
+    def _held_in_one_statement(self, s: Session, request: Request, digest: str) -> tuple[Digest, int] | None:
+        token_hash = None
+        header = request.headers.get("authorization")
+        if header is not None:
+            # As authenticate_request: a locked-out client is answered 429 before any lookup, and a
+            # malformed header is a counted failure.
+            with auth_attempt(request, header.partition(" ")[2].strip()[:256] or None):
+                token = bearer_token(request)
+            assert token is not None
+            token_hash = hash_token(token)
+        try:
+            d = Digest(digest)
+        except InvalidDigestError:
+            return None
+        granted = object_reads.readable_object(s, token_hash, self.name, d)
+        if granted is None:
+            return None
+        self.principal, size = granted
+        return d, size
+
     @contextmanager
     def _opened(
         self, open_session: Callable[[], AbstractContextManager[Session]]
     ) -> Iterator[tuple[Session, Principal]]:
-        """A session from ``open_session`` and the caller. A deferred caller is authenticated
-        first thing in it; after the session (even if the route then failed: the token was
-        used), its last-used time is brought up to date, as :func:`principal_sync` does."""
+        """A session from ``open_session`` and the caller, authenticated first thing in it on a
+        deferred access."""
+        with self._transaction(open_session) as s:
+            yield s, self._caller(s)
+
+    @contextmanager
+    def _transaction(self, open_session: Callable[[], AbstractContextManager[Session]]) -> Iterator[Session]:
+        """A session from ``open_session``. After it (even if the route then failed: the token
+        was used), a deferred caller's last-used time is brought up to date, as
+        :func:`principal_sync` does."""
         deferred = self.principal is None
         try:
             with open_session() as s:
-                yield s, self._caller(s)
+                yield s
         finally:
             if deferred and self.principal is not None:
                 refresh_last_used(self.st, self.principal)

@@ -332,18 +332,9 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def _object_size(access: NamespaceAccess, digest: str) -> tuple[Digest, int]:
-    """The digest and size of an object the namespace holds, in one read session: the caller
-    (on a deferred access), then the digest's syntax, then the namespace and the object."""
-    with access.session() as (s, who):
-        d = Digest(digest)
-        namespace = accounts.readable_namespace(s, who, access.name, "read")
-        return d, object_service.held_size(s, namespace, d)
-
-
 def object_response(request: Request, access: NamespaceAccess, digest: str, *, head: bool) -> Response:
     st = access.st
-    d, size = _object_size(access, digest)
+    d, size = access.held_object(digest)
     headers = {
         "Accept-Ranges": "bytes",
         "ETag": etag(d),
