@@ -163,6 +163,9 @@ class NamespaceAccess:
             return d, object_service.held_size(s, namespace, d)
 
     def _held_in_one_statement(self, s: Session, request: Request, digest: str) -> tuple[Digest, int] | None:
+        """The digest and size when ``object_reads`` grants the read (the caller is then known),
+        else ``None``; a malformed or locked-out Authorization header raises as it would in
+        :func:`authenticate_request`."""
         token_hash = None
         header = request.headers.get("authorization")
         if header is not None:
