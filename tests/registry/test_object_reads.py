@@ -1,8 +1,8 @@
 """An object's GET and HEAD read the caller, the namespace, the role and the object with one
 statement (``kvreg_registry.services.object_reads``), and answer exactly as the general way
 (``auth.authenticate``, ``accounts.readable_namespace``, ``objects.held_size``) does, for
-every kind of caller, namespace and digest: the one statement only ever grants, and hands
-everything else to the general way in the same transaction."""
+every kind of caller, namespace and digest, on SQLite and on PostgreSQL: the one statement
+only ever grants, and hands everything else to the general way in the same transaction."""
 
 from __future__ import annotations
 
@@ -52,8 +52,10 @@ class Reg:
 
 
 @pytest.fixture
-def reg(tmp_path: Path) -> Iterator[Reg]:
-    app = create_app(Settings(data_dir=tmp_path / "reg"))
+def reg(tmp_path: Path, database_url: str) -> Iterator[Reg]:
+    """A registry on each database (``database_url``: SQLite, then PostgreSQL) with a private and a
+    public namespace holding one object each, and a token of every kind."""
+    app = create_app(Settings(data_dir=tmp_path / "reg", database_url=database_url))
     with TestClient(app, base_url="http://testserver") as client:
         st = app.state.registry
         tokens: dict[str, str | None] = {"anonymous": None}
