@@ -48,6 +48,12 @@ def bearer_token(request: Request) -> str | None:
     return token
 
 
+def presented_token(header: str) -> str | None:
+    """What an Authorization header presents as a token, however malformed (at most 256
+    characters): the failed-authentication limiter counts failures per its prefix."""
+    return header.partition(" ")[2].strip()[:256] or None
+
+
 def authenticate_request(session: Session, request: Request) -> Principal:
     """The caller of ``request``, its bearer token looked up in ``session`` (anonymous without an
     Authorization header; ``UnauthenticatedError`` for a malformed header or an unknown, revoked
@@ -60,8 +66,7 @@ def authenticate_request(session: Session, request: Request) -> Principal:
     header = request.headers.get("authorization")
     if header is None:
         return Principal()
-    presented = header.partition(" ")[2].strip()[:256] or None
-    with auth_attempt(request, presented):
+    with auth_attempt(request, presented_token(header)):
         token = bearer_token(request)
         assert token is not None
         return authenticate(session, token)
@@ -171,7 +176,7 @@ class NamespaceAccess:
         if header is not None:
             # As authenticate_request: a locked-out client is answered 429 before any lookup, and a
             # malformed header is a counted failure.
-            with auth_attempt(request, header.partition(" ")[2].strip()[:256] or None):
+            with auth_attempt(request, presented_token(header)):
                 token = bearer_token(request)
             assert token is not None
             token_hash = hash_token(token)
