@@ -1,4 +1,4 @@
-"""Object packs against single PUTs: the registry's CPU per push, small objects and large ones.
+"""Packs against one request per object: the registry's CPU per push and per pull, small and large.
 
 Two synthetic signed artifacts (random chunk bytes, no model): ``--small`` chunks of
 ``--small-bytes`` (default 400 of 4 KiB, the shape of a real model's dedupe chunks) and
@@ -16,16 +16,24 @@ The storage holds the objects after the first round, so later pushes of the same
 hash, write and fsync them again and then drop the copy (``stored: false``): the same
 work for both modes.
 
+Then the pulls, the same way: each round pulls each artifact (from the namespace of its
+first push) into a fresh local store twice, alternating: with fetch packs (the registry
+publishes ``max_fetch_objects``) and with one GET per object forced (the client's copy of
+the limits loses it). Every pull must download every object. The JSON runs carry
+``"direction": "push"`` or ``"pull"``; the modes are ``packs`` and ``single``.
+
 Run: ``.venv/bin/python bench/push_packs.py [--repeat 3]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -43,10 +51,11 @@ from kvreg.core.keys import SigningKey  # noqa: E402
 from kvreg.core.names import RefName  # noqa: E402
 from kvreg.core.trust import TrustPolicy  # noqa: E402
 from kvreg.fileio.keyfiles import save_trust_policy  # noqa: E402
+from kvreg.remote.pulling import pull  # noqa: E402
 from kvreg.remote.pushing import push  # noqa: E402
 from kvreg.store.artifacts import store_artifact  # noqa: E402
 from kvreg.store.home import Home  # noqa: E402
-from push_pull import running_registry  # noqa: E402
+from push_pull import running_registry, trusting_home  # noqa: E402
 
 BLOCK = 4
 
@@ -90,10 +99,38 @@ def one_push(
         server, mine = registry.cpu_seconds() - server, cpu_self() - mine
     assert report.objects_sent == report.objects_total, report
     return {
+        "direction": "push",
+        "namespace": ns,
         "artifact": ref.name,
-        "mode": "packs" if packs else "puts",
+        "mode": "packs" if packs else "single",
         "objects": report.objects_sent,
         "mib": round(report.bytes_sent / (1 << 20), 1),
+        "seconds": round(wall, 3),
+        "server_cpu_s": round(server, 3),
+        "client_cpu_s": round(mine, 3),
+    }
+
+
+def one_pull(
+    registry: Any, dest: Path, ns: str, ref: RefName, key: SigningKey, *, packs: bool
+) -> dict[str, Any]:
+    home = trusting_home(dest, ns, key.public_key)
+    with registry.client() as client:
+        if not packs:
+            client.info()["limits"].pop("max_fetch_objects", None)
+        os.sync()
+        server, mine, start = registry.cpu_seconds(), cpu_self(), time.perf_counter()
+        report = pull(home, client, RefName.parse(f"{ns}/{ref.name}"))
+        wall = time.perf_counter() - start
+        server, mine = registry.cpu_seconds() - server, cpu_self() - mine
+    assert report.objects_downloaded == report.objects_total, report
+    shutil.rmtree(dest)
+    return {
+        "direction": "pull",
+        "artifact": ref.name,
+        "mode": "packs" if packs else "single",
+        "objects": report.objects_downloaded,
+        "mib": round(report.bytes_downloaded / (1 << 20), 1),
         "seconds": round(wall, 3),
         "server_cpu_s": round(server, 3),
         "client_cpu_s": round(mine, 3),
@@ -128,17 +165,25 @@ def main() -> None:
                         run = one_push(registry, home, ref, key, packs=packs, n=n)
                         runs.append(run)
                         print(json.dumps(run), flush=True)
+            source = {r["artifact"]: r["namespace"] for r in runs}  # each artifact's first push
+            for round_ in range(args.repeat):
+                for ref in refs:
+                    for packs in (True, False) if round_ % 2 == 0 else (False, True):
+                        n += 1
+                        run = one_pull(registry, root / f"pull-{n}", source[ref.name], ref, key, packs=packs)
+                        runs.append(run)
+                        print(json.dumps(run), flush=True)
     print("\nmedians (server CPU s, client CPU s, seconds):")
-    for name in ("small", "large"):
-        for mode in ("packs", "puts"):
-            mine = [r for r in runs if r["artifact"] == name and r["mode"] == mode]
-            if mine:
-                print(
-                    f"  {name:5} {mode:5}  server {statistics.median(r['server_cpu_s'] for r in mine):6.3f}"
-                    f"  client {statistics.median(r['client_cpu_s'] for r in mine):6.3f}"
-                    f"  wall {statistics.median(r['seconds'] for r in mine):6.3f}"
-                    f"  (server: {', '.join(str(r['server_cpu_s']) for r in mine)})"
-                )
+    for direction, name, mode in itertools.product(("push", "pull"), ("small", "large"), ("packs", "single")):
+        mine = [r for r in runs if (r["direction"], r["artifact"], r["mode"]) == (direction, name, mode)]
+        if mine:
+            server = statistics.median(r["server_cpu_s"] for r in mine)
+            client = statistics.median(r["client_cpu_s"] for r in mine)
+            print(
+                f"  {direction} {name:5} {mode:6}  server {server:6.3f}  client {client:6.3f}"
+                f"  wall {statistics.median(r['seconds'] for r in mine):6.3f}"
+                f"  (server: {', '.join(str(r['server_cpu_s']) for r in mine)})"
+            )
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
 

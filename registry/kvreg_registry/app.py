@@ -23,6 +23,7 @@ from kvreg_registry.api.limits import BodyLimitMiddleware
 from kvreg_registry.api.routes_admin import router as admin_router
 from kvreg_registry.api.routes_artifacts import router as artifacts_router
 from kvreg_registry.api.routes_compliance import router as compliance_router
+from kvreg_registry.api.routes_fetch import router as fetch_router
 from kvreg_registry.api.routes_log import router as log_router
 from kvreg_registry.api.routes_objects import router as objects_router
 from kvreg_registry.api.routes_oci import router as oci_router
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin_router,
         objects_router,
         packs_router,
+        fetch_router,
         artifacts_router,
         log_router,
         compliance_router,

@@ -1,5 +1,5 @@
-"""Smoke test of bench/push_packs.py: both modes push every object of both artifacts (the
-script fails otherwise) and each run is reported. The figures mean nothing on a shared CI host."""
+"""Smoke test of bench/push_packs.py: both modes push and pull every object of both artifacts
+(the script fails otherwise) and each run is reported. The figures mean nothing on a shared CI host."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def test_push_packs_reports_every_run(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     runs = json.loads(out.read_text())
-    assert sorted((r["artifact"], r["mode"]) for r in runs) == [
-        ("large", "packs"),
-        ("large", "puts"),
-        ("small", "packs"),
-        ("small", "puts"),
+    assert sorted((r["direction"], r["artifact"], r["mode"]) for r in runs) == [
+        (direction, artifact, mode)
+        for direction in ("pull", "push")
+        for artifact in ("large", "small")
+        for mode in ("packs", "single")
     ]
-    # 12 chunks, the token ids, the text and the witness
+    # 12 chunks, the token ids, the text and the witness, sent and fetched
     assert {r["objects"] for r in runs if r["artifact"] == "small"} == {15}

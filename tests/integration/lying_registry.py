@@ -31,6 +31,8 @@ import httpx
 from .proxy import HOP_HEADERS, LoopbackServer, QuietHandler, forward, read_body
 
 Rewrite = Callable[[int, bytes, "re.Match[str]"], "tuple[int, bytes] | None"]
+_FETCH = re.compile(r"/api/v1/namespaces/([^/]+)/objects/fetch")
+_LISTING = "x-kvreg-objects"
 
 
 @dataclass
@@ -48,6 +50,8 @@ class LyingRegistry:
         self.upstream = upstream
         self.lies: list[Lie] = []
         self.paths: list[str] = []
+        # (namespace, digest) -> (the bytes served instead, the lie that counts them)
+        self.replaced: dict[tuple[str, str], tuple[bytes, Lie]] = {}
         self._lock = threading.Lock()
         self._http = httpx.Client(timeout=60)
         proxy = self
@@ -56,10 +60,14 @@ class LyingRegistry:
             def _forward(self) -> None:
                 r = forward(self, proxy.upstream, read_body(self), proxy._http)
                 status, content = proxy._answer(self.command, self.path, r.status_code, r.content)
+                headers = {
+                    k: v for k, v in r.headers.items() if k.lower() not in HOP_HEADERS and k.lower() != "etag"
+                }
+                if self.command == "POST" and status == 200:
+                    content = proxy._fetch_pack(self.path, headers, content)
                 self.send_response(status)
-                for k, v in r.headers.items():
-                    if k.lower() not in HOP_HEADERS and k.lower() != "etag":
-                        self.send_header(k, v)
+                for k, v in headers.items():
+                    self.send_header(k, v)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
                 if self.command != "HEAD":
@@ -101,9 +109,35 @@ class LyingRegistry:
         return self.lie(method, path, lambda _s, _b, _m: (status, body))
 
     def replace_object(self, namespace: str, digest: str, data: bytes) -> Lie:
-        """Serve ``data`` as the bytes of object ``digest`` (a full GET)."""
+        """Serve ``data`` as the bytes of object ``digest``: to a full GET, and in its place in a
+        fetch pack (``POST .../objects/fetch``), whose listing then states its size."""
         path = rf"/api/v1/namespaces/{re.escape(namespace)}/objects/{re.escape(digest)}"
-        return self.lie("GET", path, lambda s, _b, _m: (200, data) if s == 200 else None)
+        lie = self.lie("GET", path, lambda s, _b, _m: (200, data) if s == 200 else None)
+        with self._lock:
+            self.replaced[(namespace, digest)] = (data, lie)
+        return lie
+
+    def _fetch_pack(self, path: str, headers: dict[str, str], body: bytes) -> bytes:
+        """A fetch pack's answer with the replaced objects' bytes (and sizes) in their places."""
+        match = _FETCH.fullmatch(path.split("?", 1)[0])
+        listing = next((v for k, v in headers.items() if k.lower() == _LISTING), None)
+        if match is None or listing is None:
+            return body
+        parts, items, offset = [], [], 0
+        for item in listing.split(","):
+            digest, size = item.rsplit("=", 1)
+            data = body[offset : offset + int(size)]
+            offset += int(size)
+            with self._lock:
+                replaced = self.replaced.get((match.group(1), digest))
+                if replaced is not None:
+                    data = replaced[0]
+                    replaced[1].told += 1
+            parts.append(data)
+            items.append(f"{digest}={len(data)}")
+        for k in [k for k in headers if k.lower() == _LISTING]:
+            headers[k] = ",".join(items)
+        return b"".join(parts)
 
     def forget(self) -> None:
         """Tell the truth again."""

@@ -20,6 +20,8 @@ import httpx
 _OBJECT = re.compile(r"/api/v1/namespaces/[^/]+/objects/sha256:[0-9a-f]{64}$")
 #: An object pack (several objects in one POST).
 PACK = re.compile(r"/api/v1/namespaces/[^/]+/uploads/[^/]+/objects$")
+#: A fetch pack (several objects in one answer to a POST).
+FETCH = re.compile(r"/api/v1/namespaces/[^/]+/objects/fetch$")
 #: Hop-by-hop and length headers a proxy must not copy from one connection to the other.
 HOP_HEADERS = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
 
@@ -72,14 +74,19 @@ class StallingProxy:
         fail_first: int = 0,
         pattern: re.Pattern[str] = _OBJECT,
         hide_packs: bool = False,
+        hide_fetch_packs: bool = False,
     ) -> None:
         """Stall the transfer after ``allow`` ones; before that, answer the first ``fail_first``
         transfers with ``503`` (a transient failure the client must retry). ``pattern``: the
         paths that are transfers (default: kvreg objects; an OCI test passes blob paths;
         :data:`PACK` object packs). ``hide_packs``: the registry looks like one without object
-        packs (``max_pack_objects`` is taken out of its limits), so a push sends one PUT each."""
+        packs (``max_pack_objects`` is taken out of its limits), so a push sends one PUT each;
+        ``hide_fetch_packs`` likewise without fetch packs (``max_fetch_objects``), so a pull sends
+        one GET each. A stalled download (a GET, a fetch pack) gets half its answer; a stalled
+        upload is never forwarded."""
         self.pattern = pattern
         self.hide_packs = hide_packs
+        self.hide_fetch_packs = hide_fetch_packs
         self.upstream = upstream
         self.method = method
         self.allow = allow
@@ -119,15 +126,24 @@ class StallingProxy:
                             stall = True
                         else:
                             proxy.passed += 1
-                if stall and self.command in ("PUT", "POST"):
+                if stall and self.command in ("PUT", "POST") and proxy.pattern is not FETCH:
                     proxy.stalled.set()
                     proxy.release.wait(120)
                     return
                 r = forward(self, proxy.upstream, body, proxy._http)
                 content = r.content
-                if proxy.hide_packs and self.command == "GET" and self.path.rstrip("/") == "/api/v1":
+                hidden = [
+                    name
+                    for name, hide in (
+                        ("max_pack_objects", proxy.hide_packs),
+                        ("max_fetch_objects", proxy.hide_fetch_packs),
+                    )
+                    if hide
+                ]
+                if hidden and self.command == "GET" and self.path.rstrip("/") == "/api/v1":
                     info = json.loads(content)
-                    info["limits"].pop("max_pack_objects", None)
+                    for name in hidden:
+                        info["limits"].pop(name, None)
                     content = json.dumps(info).encode()
                 self.send_response(r.status_code)
                 for k, v in r.headers.items():

@@ -163,6 +163,10 @@ def test_several_registry_processes_share_postgres_and_s3(
         with redirecting.http(token) as c:
             r = c.get(f"/namespaces/{ns}/objects/{chunk}", follow_redirects=False)
             assert r.status_code == 307 and "X-Amz-Signature" in r.headers["location"]
+            # Downloads go to the storage: no fetch packs through the registry.
+            assert c.get("/").json()["limits"]["max_fetch_objects"] is None
+        with registry.http(token) as c:
+            assert c.get("/").json()["limits"]["max_fetch_objects"] > 1
         dst = make_home(redirecting, token, trust={ns: depositor["public_key"]})
         report = kvreg(dst, "--json", "pull", "origin", f"{ns}/two").json
         assert report["objects_downloaded"] == report["objects_total"]

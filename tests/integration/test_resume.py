@@ -16,7 +16,7 @@ import pytest
 from cli.helpers import kvreg, kvreg_env
 
 from .conftest import object_sizes, staged_files
-from .proxy import PACK, StallingProxy
+from .proxy import FETCH, PACK, StallingProxy
 from .registry_server import Registry
 from .test_push_pull import _pusher
 
@@ -51,7 +51,7 @@ def test_killed_pull_resumes_without_downloading_finished_objects(
     sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
 
     allow = 3
-    proxy = StallingProxy(registry.url, method="GET", allow=allow)
+    proxy = StallingProxy(registry.url, method="GET", allow=allow, hide_fetch_packs=True)
     try:
         home = make_home(registry, token, trust={ns: depositor["public_key"]})
         kvreg(home, "remote", "add", "flaky", proxy.url)
@@ -80,6 +80,44 @@ def test_killed_pull_resumes_without_downloading_finished_objects(
     kvreg(home, "fsck")
     kvreg(home, "verify", f"{ns}/p07x")
     assert not list((home / "tmp").glob("pull-*")), "a completed pull removes its staging folder"
+
+
+def test_pull_killed_in_a_fetch_pack_resumes_from_what_arrived(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    """Killed while a fetch pack streams: the objects finished before are kept (hashed again, not
+    downloaded), the one under way resumes with a range, the rest come in a new pack."""
+    ns = registry.namespace()
+    registry.register_key(ns, depositor["public_key"])
+    token = registry.user({ns: "write"})
+    pusher = _pusher(depositor, make_home(registry, token))
+    kvreg(pusher, "push", "origin", "src/p07x", "--as", f"{ns}/p07x")
+    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
+
+    proxy = StallingProxy(registry.url, method="POST", allow=0, pattern=FETCH)
+    try:
+        home = make_home(registry, token, trust={ns: depositor["public_key"]})
+        kvreg(home, "remote", "add", "flaky", proxy.url)
+        kvreg(home, "login", "flaky", "--token", token)
+        proc = _start(home, "pull", "flaky", f"{ns}/p07x", "-j", "1")
+        _kill_when_stalled(proc, proxy)
+    finally:
+        proxy.close()
+    assert proc.returncode == -signal.SIGKILL
+    staging = list((home / "tmp").glob("pull-*"))
+    assert len(staging) == 1
+    complete, partial = staged_files(staging[0], sizes)
+    assert complete and len(partial) == 1 and partial[0].stat().st_size > 0, (complete, partial)
+    received = sum(p.stat().st_size for p in [*complete, *partial])
+    assert not (home / "refs" / ns).exists()
+
+    report = kvreg(home, "--json", "pull", "origin", f"{ns}/p07x").json
+    assert report["objects_staged"] == len(complete)
+    assert report["objects_downloaded"] == len(sizes) - len(complete)
+    assert report["bytes_downloaded"] == sum(sizes.values()) - received
+    kvreg(home, "fsck")
+    kvreg(home, "verify", f"{ns}/p07x")
+    assert not list((home / "tmp").glob("pull-*"))
 
 
 def test_killed_push_resumes_sending_only_what_is_missing(

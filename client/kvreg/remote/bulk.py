@@ -173,12 +173,13 @@ class BulkHttp:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: FileBody | Sequence[FileBody] | None = None,
+        body: FileBody | Sequence[FileBody] | bytes | None = None,
         progress_cb: Callable[[int], None] | None = None,
     ) -> Iterator[BulkResponse]:
         """Send one request and yield its answer; the connection goes back to the pool
         if the answer was read to its end, and is closed otherwise. A sequence of file
-        bodies is sent as one body, each in turn (an object pack).
+        bodies is sent as one body, each in turn (an object pack); ``bytes`` are sent as
+        they are (a small body: a fetch pack's JSON).
 
         A kept connection the server has closed meanwhile is detected on the first
         write or on the status line, and the request is sent once more on a new
@@ -187,8 +188,13 @@ class BulkHttp:
         """
         origin = origin_of(url)
         target = _target(url)
-        parts = [] if body is None else [body] if isinstance(body, FileBody) else list(body)
-        length = None if body is None else sum(part.size for part in parts)
+        data = body if isinstance(body, bytes) else None
+        parts: list[FileBody] = []
+        if isinstance(body, FileBody):
+            parts = [body]
+        elif body is not None and not isinstance(body, bytes):
+            parts = list(body)
+        length = len(data) if data is not None else None if body is None else sum(p.size for p in parts)
         conn, reused = self._checkout(origin)
         sent = [0]
 
@@ -199,14 +205,14 @@ class BulkHttp:
 
         try:
             try:
-                response = self._exchange(conn, method, target, headers, parts, length, counted)
+                response = self._exchange(conn, method, target, headers, parts, length, counted, data)
             except TRANSPORT_ERRORS:
                 conn.close()
                 if not reused or sent[0]:  # a body under way is the caller's to send again
                     raise
                 log.debug("kept connection to %s:%d was closed; sending again on a new one", *origin[1:])
                 conn = self._connect(origin)
-                response = self._exchange(conn, method, target, headers, parts, length, counted)
+                response = self._exchange(conn, method, target, headers, parts, length, counted, data)
             answer = BulkResponse(response.status, httpx.Headers(response.getheaders()), response, conn.sock)
             yield answer
         except BaseException:
@@ -228,6 +234,7 @@ class BulkHttp:
         parts: Sequence[FileBody],
         length: int | None,
         progress_cb: Callable[[int], None] | None,
+        data: bytes | None = None,
     ) -> http.client.HTTPResponse:
         if getattr(conn, "sock", None) is None:
             conn.connect()
@@ -237,7 +244,7 @@ class BulkHttp:
             conn.putheader(name, value)
         if length is not None:
             conn.putheader("Content-Length", str(length))
-        conn.endheaders()
+        conn.endheaders(data)
         if parts:
             try:
                 for part in parts:

@@ -1,4 +1,5 @@
-"""Group the objects a push sends into object packs (one request for several objects).
+"""Group the objects a push sends into object packs (one request for several objects), and
+those a pull fetches into fetch packs (one answer for several objects).
 
 A registry that publishes ``max_pack_objects`` in its limits takes several objects
 of one upload session in one ``POST .../uploads/{id}/objects``
@@ -19,7 +20,12 @@ transactions, about 12 to 16 ms of CPU on a 2-core Zen 3 host): a push of 1 GiB 
 it about 0.1 CPU s less. A pack that fails is sent again whole, so a larger one costs
 more on a flaky link; 128 MiB per job is the compromise (docs/benchmarks.md).
 
-This module only plans; it sends nothing (``kvreg.remote.pushing`` does).
+A pull plans its fetch packs (``POST .../objects/fetch``) with the same function, one
+"session" for all (``kvreg.remote.pulling.fetch_units``): the registry's per-request CPU is
+the same whichever way the bytes go.
+
+This module only plans; it sends and fetches nothing (``kvreg.remote.pushing`` and
+``kvreg.remote.pulling`` do).
 """
 
 from __future__ import annotations

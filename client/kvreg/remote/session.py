@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import logging
 import os
 import random
@@ -136,6 +137,22 @@ class _Sink:
             self.hasher.update(view[:n])
             self.writer.advance(n)
             self.offset += n
+            if self.progress_cb is not None:
+                self.progress_cb(n)
+
+    def receive_exactly(self, response: BulkResponse, count: int) -> None:
+        """Read the next ``count`` bytes of ``response``'s body into the file, hashing every byte
+        (one object of a fetch pack); a body that ends before raises ``IncompleteRead``."""
+        left = count
+        while left:
+            view = self.writer.free()
+            n = response.readinto(view[: min(len(view), left)], on_idle=self.writer.flush)
+            if n == 0:
+                raise http.client.IncompleteRead(b"", left)
+            self.hasher.update(view[:n])
+            self.writer.advance(n)
+            self.offset += n
+            left -= n
             if self.progress_cb is not None:
                 self.progress_cb(n)
 
@@ -614,6 +631,78 @@ class HttpSession:
         finally:
             os.close(fd)
         return Download(sink.digest(), sink.offset, resumed_from)
+
+    def download_many(
+        self,
+        url: str,
+        body: bytes,
+        dests: Sequence[tuple[Digest, Path]],
+        sizes_of: Callable[[httpx.Headers], list[int]],
+        *,
+        progress_cb: ProgressCallback | None = None,
+    ) -> list[Download]:
+        """POST the JSON ``body`` to ``url`` and cut the answer's body into the files ``dests``, in
+        order, each hashed while it is written and not fsynced (the caller fsyncs it before it
+        relies on it). ``sizes_of`` reads the files' sizes from the answer's headers and refuses
+        (raises) a layout it does not accept.
+
+        One attempt, no retry: a broken connection or an answer to retry (429, 503) ends it,
+        and what it returns are the downloads finished before, in order; the file under way
+        keeps the bytes that arrived (:meth:`download` resumes it with a range). Other error
+        answers raise their typed error."""
+        headers = self._bulk_headers(
+            url, {"Accept": "application/octet-stream", "Content-Type": "application/json"}
+        )
+        done: list[Download] = []
+        try:
+            with self.bulk.request("POST", url, headers, body) as response:
+                if response.status in RETRY_STATUSES:
+                    log.debug("POST %s answered %d: the objects are fetched one by one", url, response.status)
+                    return done
+                if response.status != 200:
+                    raise self.error(
+                        response.status, response.headers, response.read_capped(MAX_ERROR_BYTES), url
+                    )
+                sizes = sizes_of(response.headers)
+                if len(sizes) != len(dests) or response.remaining != sum(sizes):
+                    raise RemoteError(
+                        f"the registry's answer to POST {url} holds {response.remaining} bytes, "
+                        f"not the {sum(sizes)} of the objects it lists"
+                    )
+                for (digest, dest), size in zip(dests, sizes, strict=True):
+                    done.append(self._receive_file(response, digest, dest, size, progress_cb))
+        except ssl.SSLCertVerificationError as e:
+            raise _untrusted(url, e) from e
+        except ValueError as e:  # an error answer over its cap
+            raise RemoteError(f"the registry's answer to POST {url} is unusable: {e}") from e
+        except TRANSPORT_ERRORS as e:
+            log.debug(
+                "POST %s broke off after %d of %d objects: %s",
+                url,
+                len(done),
+                len(dests),
+                _transport_reason(e),
+            )
+        return done
+
+    @staticmethod
+    def _receive_file(
+        response: BulkResponse, digest: Digest, dest: Path, size: int, progress_cb: ProgressCallback | None
+    ) -> Download:
+        """The next ``size`` bytes of ``response`` into a new file ``dest``, hashed."""
+        fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            sink = _Sink(fd, 0, progress_cb)
+            try:
+                sink.receive_exactly(response, size)
+            except BaseException:
+                sink.abandon()
+                raise
+            sink.finish(fsync=False)
+        finally:
+            os.close(fd)
+        log.debug("object %s: %d bytes of a fetch pack", digest, size)
+        return Download(sink.digest(), sink.offset, 0)
 
     def _download_attempt(
         self, url: str, digest: Digest, sink: _Sink, max_size: int | None, extra: Mapping[str, str]

@@ -32,10 +32,10 @@ import fcntl
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, StoreError
@@ -47,7 +47,7 @@ from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "ObjectSource", "Staging", "staging_dir"]
+__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "ObjectSource", "PackSource", "Staging", "staging_dir"]
 
 
 class ObjectSource(Protocol):
@@ -69,6 +69,19 @@ class ObjectSource(Protocol):
     ) -> Download: ...
 
     def limit(self, name: str, default: int) -> int: ...
+
+
+@runtime_checkable
+class PackSource(ObjectSource, Protocol):
+    """An :class:`ObjectSource` that can send several objects in one answer (a kvreg registry's
+    fetch packs; used where it publishes ``max_fetch_objects``)."""
+
+    def get_objects_to(
+        self,
+        namespace: str,
+        items: Sequence[tuple[Digest, Path, int | None]],
+        progress_cb: ProgressCallback | None = None,
+    ) -> list[Download]: ...
 
 
 STAGING_PREFIX = "pull-"
@@ -145,7 +158,9 @@ class Staging:
         ``cap`` bounds what the registry may send. ``DigestMismatchError`` if the
         bytes are not the object (the partial file is left for :meth:`discard`).
         A partial file of the stated size (an interrupted pull downloaded it whole but
-        was killed before :meth:`settle`) is hashed here and kept if it is the object.
+        was killed before :meth:`settle`) is hashed here and kept if it is the object; one
+        of an unstated size is kept when the registry has no byte after it (counted as
+        staged, not downloaded, either way).
         """
         final = self.path(digest)
         if final.is_file():
@@ -181,6 +196,49 @@ class Staging:
             progress_cb=counter.advance,
             fsync=False,  # settle() fsyncs every object after the last download
         )
+        self._verified(digest, got)
+        if start and got.size == start:  # whole already (its size unstated): the registry sent nothing
+            self.found_staged.append(digest)
+            counter.progress.object_done()
+            return False
+        counter.done()
+        return True
+
+    def fetch_pack(
+        self,
+        client: PackSource,
+        namespace: str,
+        digests: Sequence[Digest],
+        *,
+        sizes: dict[Digest, int],
+        counter: Counter,
+    ) -> list[Digest]:
+        """Stage those of ``digests`` that are neither staged nor partly downloaded with one
+        download (a fetch pack; ``sizes``, the signed manifest's, bound each; fewer than two
+        such: no pack); return, in order, the digests still to :meth:`fetch` one by one: those
+        staged or partly downloaded by an earlier try, and those the pack did not finish (a
+        broken connection; the object under way keeps its bytes, which :meth:`fetch` resumes).
+        ``DigestMismatchError`` as :meth:`fetch`."""
+        fresh = [
+            d for d in digests if d in sizes and not self.path(d).exists() and not self.partial(d).exists()
+        ]
+        if len(fresh) < 2:
+            return list(digests)
+        got = client.get_objects_to(
+            namespace, [(d, self.partial(d), sizes[d]) for d in fresh], progress_cb=counter.advance
+        )
+        for d, download in zip(fresh, got, strict=False):
+            self._verified(d, download)
+            counter.done()
+        left = fresh[len(got) :]
+        if left and self.partial(left[0]).is_file():
+            # Counted as it arrived; fetch() counts a partial file's bytes again when it resumes.
+            counter.progress.advance(-self.partial(left[0]).stat().st_size)
+        taken = set(fresh[: len(got)])
+        return [d for d in digests if d not in taken]
+
+    def _verified(self, digest: Digest, got: Download) -> None:
+        """Keep a download that hashed to ``digest`` for :meth:`settle`; else raise."""
         if got.digest != digest:
             raise DigestMismatchError(
                 f"object {digest} from the registry hashes to {got.digest}; nothing was stored",
@@ -190,8 +248,6 @@ class Staging:
             )
         self._unsettled.append(digest)  # list.append is atomic: fetch runs on several threads
         self._hashed_here.add(digest)
-        counter.done()
-        return True
 
     def settle(self) -> None:
         """Fsync every object this process downloaded and verified, then give it its final,

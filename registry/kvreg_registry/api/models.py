@@ -239,6 +239,11 @@ class Limits(BaseModel):
     max_pack_objects: int = Field(description="objects per object pack (POST .../uploads/{id}/objects)")
     max_pack_bytes: int = Field(description="bytes per object pack, all objects together")
     max_route_keys: int = Field(description="block keys per POST /route")
+    max_fetch_objects: int | None = Field(
+        default=None,
+        description="objects per fetch pack (POST .../objects/fetch); null where object downloads "
+        "are redirected to the storage, and clients then download objects one by one",
+    )
 
 
 class ServerInfo(BaseModel):

@@ -12,6 +12,7 @@ from kvreg.core.timestamps import rfc3339
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, namespace_access, principal, state
 from kvreg_registry.api.params import IdPath, KeyIdPath, NsPath, UserPath
+from kvreg_registry.api.routes_fetch import fetch_packs_offered
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.models import Namespace, SigningKey
 from kvreg_registry.services import accounts
@@ -61,6 +62,7 @@ def info(request: Request) -> m.ServerInfo:
             max_pack_objects=st.settings.max_pack_objects,
             max_pack_bytes=st.settings.max_pack_bytes,
             max_route_keys=router_service.MAX_KEYS,
+            max_fetch_objects=st.settings.max_pack_objects if fetch_packs_offered(st) else None,
         ),
     )
 

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from fastapi import APIRouter, Depends, Header, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from kvreg.core.digest import Digest
@@ -108,6 +109,26 @@ def missing(ns: NsPath, body: m.DigestList, access: NamespaceAccess = Depends(na
     digests = object_service.parse_digests(body.digests, limit=st.settings.max_missing_digests)
     with access.read() as (s, namespace):
         return m.Missing(missing=list(object_service.missing(s, namespace, digests)))
+
+
+#: The paths under ``.../objects/`` that are queries taking a POST (the missing query here, fetch
+#: packs in ``routes_fetch``), not objects.
+QUERY_SEGMENTS = ("missing", "fetch")
+
+
+async def _not_an_object(request: Request) -> Response:
+    """``405`` (with ``Allow: POST``) to the object methods on a query's path, as to any other method
+    there, instead of the digest error the object routes below would answer."""
+    raise StarletteHTTPException(status_code=405)
+
+
+for _segment in QUERY_SEGMENTS:  # before the object routes: the first full match wins
+    router.add_api_route(
+        f"/namespaces/{{ns}}/objects/{_segment}",
+        _not_an_object,
+        methods=["GET", "HEAD", "PUT"],
+        include_in_schema=False,
+    )
 
 
 def _prepare_upload(access: NamespaceAccess, digest: Digest, upload_id: str | None) -> str | None:

@@ -96,6 +96,23 @@ def held_size(session: Session, ns: Namespace, digest: Digest) -> int:
     return size
 
 
+def held_sizes(session: Session, ns: Namespace, digests: Sequence[Digest]) -> dict[Digest, int]:
+    """The size of each of ``digests``, all held by ``ns``; ``ObjectNotFoundError`` names the first
+    one (in the order given) that ``ns`` does not hold."""
+    sizes: dict[str, int] = {}
+    for batch in _batches(digests):
+        rows = session.execute(
+            select(StoredObject.digest, StoredObject.size)
+            .join(NamespaceObject, NamespaceObject.digest == StoredObject.digest)
+            .where(NamespaceObject.namespace_id == ns.id, StoredObject.digest.in_(batch))
+        )
+        sizes.update((digest, size) for digest, size in rows)
+    for d in digests:
+        if d not in sizes:
+            raise ObjectNotFoundError(f"namespace {ns.name!r} has no object {d}")
+    return {d: sizes[d] for d in digests}
+
+
 def open_session(
     session: Session, ns: Namespace, user_id: int | None, digests: Sequence[Digest], ttl_seconds: int
 ) -> UploadSession:

@@ -8,23 +8,35 @@ local store (``kvreg.remote.pulling`` does).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import httpx
+
 from kvreg.core.digest import Digest
-from kvreg.core.errors import NotFoundError, RemoteError, StoreError
+from kvreg.core.errors import DigestMismatchError, NotFoundError, RemoteError, StoreError
 from kvreg.remote.api.core import ApiCore, jsonable_digests
 from kvreg.remote.session import Download, ProgressCallback
 
-__all__ = ["DEFAULT_MAX_MISSING_DIGESTS", "OBJECTS_HEADER", "UPLOAD_HEADER", "ObjectsApi", "StoredObject"]
+__all__ = [
+    "DEFAULT_MAX_MISSING_DIGESTS",
+    "OBJECTS_HEADER",
+    "UPLOAD_HEADER",
+    "ObjectsApi",
+    "StoredObject",
+    "parse_fetch_listing",
+]
 
 UPLOAD_HEADER = "X-Kvreg-Upload"
 #: The header of an object pack that lists its objects: ``sha256:<hex>=<size>,...`` in body order.
 OBJECTS_HEADER = "X-Kvreg-Objects"
 DEFAULT_MAX_MISSING_DIGESTS = 1000
+_LISTED = re.compile(r"(sha256:[0-9a-f]{64})=([0-9]{1,20})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +201,62 @@ class ObjectsApi(ApiCore):
         return self._session.download(
             url, digest, Path(dest), start=start, max_size=max_size, progress_cb=progress_cb, fsync=fsync
         )
+
+    def get_objects_to(
+        self,
+        namespace: str,
+        items: Sequence[tuple[Digest, Path, int | None]],
+        progress_cb: ProgressCallback | None = None,
+    ) -> list[Download]:
+        """Download several objects in one answer (a fetch pack: ``POST .../objects/fetch``), each
+        ``(digest, file, max_size)`` into its new file, in order, hashed while it is written and
+        not fsynced (the caller fsyncs). At most the registry's ``max_fetch_objects``, which only
+        a registry that takes fetch packs publishes (``limit()``).
+
+        Returns the downloads finished, in order: all of them, or those before a broken
+        connection or an answer to retry; the file under way then holds the bytes that
+        arrived, which :meth:`get_object_to` resumes. The caller compares each digest. An answer
+        that lists other objects than asked is ``RemoteError``; one that states more than an
+        object's ``max_size`` bytes ``DigestMismatchError`` (they cannot be the object)."""
+        digests = [Digest(d) for d, _, _ in items]
+        caps = [cap for _, _, cap in items]
+
+        def sizes_of(headers: httpx.Headers) -> list[int]:
+            return parse_fetch_listing(headers.get(OBJECTS_HEADER), digests, caps)
+
+        body = json.dumps({"digests": jsonable_digests(digests)}).encode()
+        return self._session.download_many(
+            self._ns_url(namespace, "objects", "fetch"),
+            body,
+            [(d, Path(path)) for d, (_, path, _) in zip(digests, items, strict=True)],
+            sizes_of,
+            progress_cb=progress_cb,
+        )
+
+
+def parse_fetch_listing(
+    value: str | None, digests: Sequence[Digest], caps: Sequence[int | None]
+) -> list[int]:
+    """The sizes a fetch pack's ``X-Kvreg-Objects`` answer header states, which must list exactly
+    ``digests`` in that order; a size over its cap is ``DigestMismatchError``."""
+    if value is None:
+        raise RemoteError(f"the registry's fetch pack has no {OBJECTS_HEADER} header")
+    parts = value.split(",") if value.strip() else []
+    if len(parts) != len(digests):
+        raise RemoteError(
+            f"the registry's fetch pack lists {len(parts)} objects, not the {len(digests)} asked for"
+        )
+    sizes: list[int] = []
+    for part, digest, cap in zip(parts, digests, caps, strict=True):
+        match = _LISTED.fullmatch(part.strip())
+        if match is None or match.group(1) != digest:
+            raise RemoteError(f"the registry's fetch pack does not list {digest} in its place")
+        size = int(match.group(2))
+        if cap is not None and size > cap:
+            raise DigestMismatchError(
+                f"the registry sent more than {cap} bytes for object {digest}",
+                expected=str(digest),
+                max_size=cap,
+            )
+        sizes.append(size)
+    return sizes
