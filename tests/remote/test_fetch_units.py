@@ -1,4 +1,4 @@
-"""How a pull plans its downloads (``kvreg.remote.pulling.fetch_units``) and reads a fetch pack's
+"""How a pull plans its downloads (``kvreg.remote.staging.fetch_units``) and reads a fetch pack's
 listing (``kvreg.remote.api.objects.parse_fetch_listing``). The downloads themselves run against
 the real registry in ``tests/integration`` (test_push_pull, test_resume, test_refusals)."""
 
@@ -11,8 +11,8 @@ import pytest
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, RemoteError
 from kvreg.remote.api.objects import parse_fetch_listing
-from kvreg.remote.pulling import fetch_units
 from kvreg.remote.session import Download, ProgressCallback
+from kvreg.remote.staging import fetch_units
 
 MIB = 1 << 20
 D = [Digest.of_bytes(b"%d" % i) for i in range(40)]

@@ -29,8 +29,8 @@ from typing import Any
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, UsageError
 from kvreg.core.manifest import Manifest
-from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
-from kvreg.remote.staging import ObjectSource, Staging
+from kvreg.remote.progress import Counter, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.remote.staging import ObjectSource, Staging, fetch_units
 from kvreg.store import access_log, eviction, leases
 from kvreg.store.home import Home
 
@@ -109,13 +109,11 @@ def ensured(
             counter = Counter(progress or NullProgress(), stop)
             with Staging(home, manifest.digest) as staging:
 
-                def fetch(d: Digest) -> None:
-                    if stop.is_set():
-                        raise Cancelled
-                    staging.fetch(client, namespace, d, size=sizes.get(d), cap=cap, counter=counter)
+                def fetch(unit: list[Digest]) -> None:
+                    staging.fetch_unit(client, namespace, unit, sizes=sizes, cap=cap, counter=counter)
 
                 try:
-                    run_parallel(absent, fetch, jobs, stop)
+                    run_parallel(fetch_units(client, absent, sizes, jobs), fetch, jobs, stop)
                     staging.install(absent)
                 except DigestMismatchError:
                     staging.discard()

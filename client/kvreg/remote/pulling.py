@@ -6,7 +6,7 @@ policy for the namespace the artifact will have locally, with the registry's
 keys only used to name an untrusted signer, all before downloading any object.
 Objects not in the local store are downloaded in parallel into a staging folder
 ``tmp/pull-<manifest hex>/`` (several in one answer where the registry offers fetch
-packs, :func:`fetch_units`): each to ``<hex>.incomplete``, hashed while it
+packs, ``kvreg.remote.staging.fetch_units``): each to ``<hex>.incomplete``, hashed while it
 streams, renamed to ``<hex>`` only when its digest matches. A mismatch raises
 ``DigestMismatchError`` (exit 3) and deletes the whole staging folder, so a
 tampered registry leaves no trace in the store. When every object is staged the
@@ -73,9 +73,8 @@ from kvreg.fileio.faults import crash_point
 from kvreg.fileio.keyfiles import load_trust_policy
 from kvreg.remote.auditlog import RemoteLog
 from kvreg.remote.http import RegistryClient
-from kvreg.remote.packing import PACK_BYTES, plan_packs
-from kvreg.remote.progress import Cancelled, Counter, NullProgress, Progress, run_parallel, validate_jobs
-from kvreg.remote.staging import ObjectSource, PackSource, Staging
+from kvreg.remote.progress import Counter, NullProgress, Progress, run_parallel, validate_jobs
+from kvreg.remote.staging import ObjectSource, Staging, fetch_units
 from kvreg.store import access_log, eviction, leases, pins
 from kvreg.store.home import Home
 from kvreg.store.router_index import index_artifact
@@ -87,7 +86,6 @@ __all__ = [
     "PullReport",
     "check_local_ref",
     "fetch_and_install",
-    "fetch_units",
     "pull",
     "signer_of",
 ]
@@ -306,15 +304,7 @@ def fetch_and_install(
             progress.start(_progress_total(manifest, sizes, absent), len(absent))
 
             def fetch(unit: list[Digest]) -> None:
-                rest = unit
-                if len(unit) > 1 and isinstance(client, PackSource):
-                    if stop.is_set():
-                        raise Cancelled
-                    rest = staging.fetch_pack(client, namespace, unit, sizes=sizes, counter=counter)
-                for d in rest:
-                    if stop.is_set():
-                        raise Cancelled
-                    staging.fetch(client, namespace, d, size=sizes.get(d), cap=cap, counter=counter)
+                staging.fetch_unit(client, namespace, unit, sizes=sizes, cap=cap, counter=counter)
 
             run_parallel(fetch_units(client, absent, sizes, jobs), fetch, jobs, stop)
             staged_count = len(staging.found_staged)
@@ -351,29 +341,6 @@ def fetch_and_install(
         changed=changed,
         eviction=None if evicted is None else evicted.to_dict(),
     )
-
-
-#: The most bytes of one fetch pack. The registry sets no limit on a fetch's bytes; the planner aims at
-#: about ``PACK_BYTES`` per pack and this only keeps objects just over a fraction of it together.
-FETCH_PACK_BYTES = 2 * PACK_BYTES
-
-
-def fetch_units(
-    client: ObjectSource, digests: list[Digest], sizes: dict[Digest, int], jobs: int
-) -> list[list[Digest]]:
-    """The downloads of a pull: fetch packs of objects whose size the manifest states (as a push
-    plans its upload packs, ``kvreg.remote.packing``) where the registry publishes
-    ``max_fetch_objects``, else (an OCI registry, a registry that redirects downloads to its
-    storage) one object per download."""
-    max_objects = client.limit("max_fetch_objects", 0) if isinstance(client, PackSource) else 0
-    if max_objects < 2:
-        return [[d] for d in digests]
-    known = [d for d in digests if d in sizes]
-    packs = plan_packs(
-        known, sizes, dict.fromkeys(known, ""), max_objects=max_objects, max_bytes=FETCH_PACK_BYTES, jobs=jobs
-    )
-    # Objects of unstated size first, one each: they then overlap the packs instead of ending the pull.
-    return [[d] for d in digests if d not in sizes] + packs
 
 
 def signer_of(envelope: Envelope, trusted: list[PublicKey]) -> str | None:

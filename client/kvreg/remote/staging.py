@@ -41,13 +41,23 @@ from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, StoreError
 from kvreg.fileio.atomicfile import fsync_dir
 from kvreg.fileio.faults import crash_point
-from kvreg.remote.progress import Counter
+from kvreg.remote.packing import PACK_BYTES, plan_packs
+from kvreg.remote.progress import Cancelled, Counter
 from kvreg.remote.session import Download, ProgressCallback
 from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PARTIAL_SUFFIX", "STAGING_PREFIX", "ObjectSource", "PackSource", "Staging", "staging_dir"]
+__all__ = [
+    "FETCH_PACK_BYTES",
+    "PARTIAL_SUFFIX",
+    "STAGING_PREFIX",
+    "ObjectSource",
+    "PackSource",
+    "Staging",
+    "fetch_units",
+    "staging_dir",
+]
 
 
 class ObjectSource(Protocol):
@@ -82,6 +92,30 @@ class PackSource(ObjectSource, Protocol):
         items: Sequence[tuple[Digest, Path, int | None]],
         progress_cb: ProgressCallback | None = None,
     ) -> list[Download]: ...
+
+
+#: The most bytes of one fetch pack. The registry sets no limit on a fetch's bytes; the planner aims at
+#: about ``PACK_BYTES`` per pack and this only keeps objects just over a fraction of it together.
+FETCH_PACK_BYTES = 2 * PACK_BYTES
+
+
+def fetch_units(
+    client: ObjectSource, digests: Sequence[Digest], sizes: dict[Digest, int], jobs: int
+) -> list[list[Digest]]:
+    """How to download ``digests`` on ``jobs`` parallel jobs (:meth:`Staging.fetch_unit` each):
+    fetch packs of the objects whose size the manifest states, planned as a push plans its
+    upload packs (``kvreg.remote.packing``), where the source publishes ``max_fetch_objects``;
+    else (an OCI registry, a registry that redirects downloads to its storage) one object per
+    download. Objects of unstated size come first, alone: they then overlap the packs instead
+    of ending the transfer."""
+    max_objects = client.limit("max_fetch_objects", 0) if isinstance(client, PackSource) else 0
+    if max_objects < 2:
+        return [[d] for d in digests]
+    known = [d for d in digests if d in sizes]
+    packs = plan_packs(
+        known, sizes, dict.fromkeys(known, ""), max_objects=max_objects, max_bytes=FETCH_PACK_BYTES, jobs=jobs
+    )
+    return [[d] for d in digests if d not in sizes] + packs
 
 
 STAGING_PREFIX = "pull-"
@@ -203,6 +237,29 @@ class Staging:
             return False
         counter.done()
         return True
+
+    def fetch_unit(
+        self,
+        client: ObjectSource,
+        namespace: str,
+        unit: Sequence[Digest],
+        *,
+        sizes: dict[Digest, int],
+        cap: int | None,
+        counter: Counter,
+    ) -> None:
+        """Stage the objects of one unit of :func:`fetch_units`: with a fetch pack where it holds
+        several and the source takes packs, then one by one what is left; ``Cancelled`` between
+        downloads once ``counter.stop`` is set."""
+        rest = list(unit)
+        if len(unit) > 1 and isinstance(client, PackSource):
+            if counter.stop.is_set():
+                raise Cancelled
+            rest = self.fetch_pack(client, namespace, unit, sizes=sizes, counter=counter)
+        for d in rest:
+            if counter.stop.is_set():
+                raise Cancelled
+            self.fetch(client, namespace, d, size=sizes.get(d), cap=cap, counter=counter)
 
     def fetch_pack(
         self,
