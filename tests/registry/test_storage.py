@@ -338,7 +338,12 @@ def test_pending_state_machine(backend: Backend) -> None:
         third.commit(MISSING)
     with pytest.raises(ValueError):
         third.commit(Digest.of_bytes(b"y"))
+    # What a commit leaves to tidy (the folder's temp name) goes when the upload is closed, which
+    # callers do after their write transaction; close() is idempotent and keeps the object.
+    pending.close()
+    pending.close()
     assert backend.leftovers() == []
+    assert s.exists(Digest.of_bytes(b"abc"))
 
 
 class PieceReader:
@@ -468,6 +473,7 @@ def test_seal_checks_the_digest_before_commit_publishes(backend: Backend) -> Non
     with pytest.raises(ValueError, match="sealed"):
         pending.write(b"more")
     assert pending.commit(d) is True and read_all(s, d) == data
+    pending.close()
     # a sealed upload that is never committed leaves nothing
     other = s.begin_upload()
     other.write(b"abc")
@@ -619,10 +625,13 @@ def test_commit_many_publishes_every_upload_and_leaves_nothing(backend: Backend)
     s = backend.storage
     blobs = [data_of(size, seed=40 + i) for i, size in enumerate((0, 1, 5000, LARGE))]
     assert upload(s, blobs[1]) is True  # already stored: reported as not new
-    stored = s.commit_many(sealed_uploads(s, blobs))
+    uploads = sealed_uploads(s, blobs)
+    stored = s.commit_many(uploads)
     assert stored == [True, False, True, True]
     for data in blobs:
         assert read_all(s, Digest.of_bytes(data)) == data
+    for pending, _ in uploads:  # as a pack's receiver does, after its write transaction
+        pending.close()
     assert backend.leftovers() == []
     assert s.commit_many([]) == []
 
@@ -651,6 +660,11 @@ def test_folder_commit_many_fsyncs_each_new_folder_once_after_the_last_link(
     assert len(links) == 12
     assert sorted(fsyncs) == sorted({s.path_for(Digest.of_bytes(b)).parent for b in blobs[1:]})
     assert [kind for kind, _ in events] == ["link"] * 12 + ["fsync"] * len(fsyncs)
+    # The temp names wait for close(), which the caller does after its write transaction: their
+    # removal (of a whole file for an object stored already) is not done under the write lock.
+    assert len(list(s.tmp_dir.iterdir())) == 12
+    for pending, _ in uploads:
+        pending.close()
     assert list(s.tmp_dir.iterdir()) == []
 
 
@@ -672,8 +686,8 @@ def test_folder_commit_many_failing_midway_keeps_the_first_and_leaves_no_temp_fi
     monkeypatch.setattr(os, "replace", link)  # the fallback of a refused link fails the same way
     with pytest.raises(StoreError, match="No space left"):
         s.commit_many(uploads)
-    for pending, _ in uploads[2:]:
-        pending.abort()  # as the pack's receiver does for the ones not committed
+    for pending, _ in uploads:
+        pending.close()  # as the pack's receiver does: discards the ones not committed
     assert s.exists(Digest.of_bytes(blobs[0]))
     assert not s.exists(Digest.of_bytes(blobs[1])) and not s.exists(Digest.of_bytes(blobs[2]))
     assert list(s.tmp_dir.iterdir()) == []

@@ -119,8 +119,9 @@ class PackReceiver:
     piece (:meth:`feed` then :meth:`end`, ASGI messages); either way on a worker thread.
     The first object that does not hash to its digest is remembered and raised by
     :meth:`sealed`; the bytes after it are read and dropped, so that the answer can be sent
-    on a connection whose request was read to its end. Leaving the ``with`` block discards
-    every pending object not committed.
+    on a connection whose request was read to its end. Leaving the ``with`` block (after the
+    commit's write transaction) discards every pending object not committed and closes the
+    committed ones (``PendingObject.close``).
     """
 
     def __init__(self, storage: ObjectStorage, items: PackItems) -> None:
@@ -137,7 +138,7 @@ class PackReceiver:
 
     def __exit__(self, *exc: object) -> None:
         for pending in self.pending:
-            pending.abort()  # nothing for a committed one
+            pending.close()  # discards an uncommitted one; a committed one's temp name goes
 
     # --- from a socket ------------------------------------------------------------------
 

@@ -252,6 +252,14 @@ class PendingObject(ABC):
         self._state = "aborted"
         self._discard()
 
+    def close(self) -> None:
+        """Abort the upload unless it was committed, and drop what a commit left to tidy (the
+        folder storage's temp name): after the caller's write transaction, so that the file
+        system's work is not done while the database's write lock is held. Idempotent."""
+        self.abort()
+        if self._state == "committed":
+            self._release()
+
     def __enter__(self) -> PendingObject:
         return self
 
@@ -261,7 +269,7 @@ class PendingObject(ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.abort()
+        self.close()
 
     # --- for backends -----------------------------------------------------------
 
@@ -296,6 +304,10 @@ class PendingObject(ABC):
     @abstractmethod
     def _discard(self) -> None:
         """Remove everything this upload stored. Must not raise for things already gone."""
+
+    def _release(self) -> None:  # noqa: B027 - optional: most backends leave nothing after a commit
+        """Remove what :meth:`_publish` left behind that is not the object (called by
+        :meth:`close` after a commit); must not raise. Nothing by default."""
 
 
 class ObjectStorage(ABC):

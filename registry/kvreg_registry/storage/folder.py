@@ -99,20 +99,21 @@ class FolderPending(PendingObject):
         self._fd = None
 
     def _publish(self, digest: Digest) -> bool:
+        # The temp name stays until close() (_release): its removal (of the whole file when the
+        # object was stored already) waits for the end of the caller's write transaction. In a
+        # batch the object's folder is fsynced at the batch's end.
         batch = self.batch
         if batch is None:
-            try:
-                return self._storage.install(self._path, digest, self.size)
-            finally:
-                self._close_and_remove()
-        # In a batch the temp name stays until the batch's end, which removes it.
+            return self._storage.install(self._path, digest, self.size)
         new = self._storage.install(self._path, digest, self.size, sync_dir=False)
         if new:
             batch.folders.add(self._storage.path_for(digest).parent)
-        batch.leftovers.append(self._path)
         return new
 
     def _discard(self) -> None:
+        self._close_and_remove()
+
+    def _release(self) -> None:
         self._close_and_remove()
 
     def _close_and_remove(self) -> None:
@@ -127,11 +128,10 @@ class FolderPending(PendingObject):
 
 
 class _PublishBatch:
-    """The folders to fsync and the temp names to remove once a pack's objects are linked."""
+    """The folders to fsync once a pack's objects are linked."""
 
     def __init__(self) -> None:
         self.folders: set[Path] = set()
-        self.leftovers: list[Path] = []
 
     def sync(self) -> None:
         try:
@@ -139,11 +139,6 @@ class _PublishBatch:
                 fsync_dir(folder)
         except OSError as exc:
             raise StoreError(f"cannot make the new objects durable: {exc}") from exc
-
-    def clean_up(self) -> None:
-        for path in self.leftovers:
-            remove_quietly(path)
-        self.leftovers.clear()
 
 
 class FolderStorage(ObjectStorage):
@@ -187,18 +182,15 @@ class FolderStorage(ObjectStorage):
             raise UnavailableError(f"cannot start an upload in {self.tmp_dir}: {exc}") from exc
 
     def commit_many(self, uploads: Sequence[tuple[PendingObject, Digest]]) -> list[bool]:
-        """Link every upload to its name, then fsync each folder that got a new name once, then
-        remove the temp names: one journal commit for a pack instead of one per object (on ext4
-        the first folder fsync commits the links in every folder)."""
+        """Link every upload to its name, then fsync each folder that got a new name once: one
+        journal commit for a pack instead of one per object (on ext4 the first folder fsync
+        commits the links in every folder). The temp names go when each upload is closed."""
         batch = _PublishBatch()
         for pending, _ in uploads:
             if isinstance(pending, FolderPending):
                 pending.batch = batch
-        try:
-            stored = super().commit_many(uploads)
-            batch.sync()
-        finally:
-            batch.clean_up()
+        stored = super().commit_many(uploads)
+        batch.sync()
         return stored
 
     def install(self, tmp: Path, digest: Digest, size: int, *, sync_dir: bool = True) -> bool:
