@@ -98,13 +98,27 @@ def one_push(
         wall = time.perf_counter() - start
         server, mine = registry.cpu_seconds() - server, cpu_self() - mine
     assert report.objects_sent == report.objects_total, report
+    run = measured("push", ref, packs, report.objects_sent, report.bytes_sent, wall, server, mine)
+    return {**run, "namespace": ns}
+
+
+def measured(
+    direction: str,
+    ref: RefName,
+    packs: bool,
+    objects: int,
+    size: int,
+    wall: float,
+    server: float,
+    mine: float,
+) -> dict[str, Any]:
+    """One run as the JSON output and the medians read it."""
     return {
-        "direction": "push",
-        "namespace": ns,
+        "direction": direction,
         "artifact": ref.name,
         "mode": "packs" if packs else "single",
-        "objects": report.objects_sent,
-        "mib": round(report.bytes_sent / (1 << 20), 1),
+        "objects": objects,
+        "mib": round(size / (1 << 20), 1),
         "seconds": round(wall, 3),
         "server_cpu_s": round(server, 3),
         "client_cpu_s": round(mine, 3),
@@ -125,16 +139,9 @@ def one_pull(
         server, mine = registry.cpu_seconds() - server, cpu_self() - mine
     assert report.objects_downloaded == report.objects_total, report
     shutil.rmtree(dest)
-    return {
-        "direction": "pull",
-        "artifact": ref.name,
-        "mode": "packs" if packs else "single",
-        "objects": report.objects_downloaded,
-        "mib": round(report.bytes_downloaded / (1 << 20), 1),
-        "seconds": round(wall, 3),
-        "server_cpu_s": round(server, 3),
-        "client_cpu_s": round(mine, 3),
-    }
+    return measured(
+        "pull", ref, packs, report.objects_downloaded, report.bytes_downloaded, wall, server, mine
+    )
 
 
 def main() -> None:

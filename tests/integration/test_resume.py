@@ -40,18 +40,19 @@ def _start(home: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_killed_pull_resumes_without_downloading_finished_objects(
-    registry: Registry, depositor: dict[str, Any], make_home
-) -> None:
+def _killed_pull(
+    registry: Registry, depositor: dict[str, Any], make_home: Any, **stall: Any
+) -> tuple[str, dict[str, int], Path]:
+    """Push p07x into a new namespace, then pull it with ``-j 1`` through a :class:`StallingProxy`
+    (``stall``: its settings) and kill the pull once the proxy stalls it. Returns the namespace,
+    the artifact's object sizes and the puller's home."""
     ns = registry.namespace()
     registry.register_key(ns, depositor["public_key"])
     token = registry.user({ns: "write"})
     pusher = _pusher(depositor, make_home(registry, token))
     kvreg(pusher, "push", "origin", "src/p07x", "--as", f"{ns}/p07x")
     sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
-
-    allow = 3
-    proxy = StallingProxy(registry.url, method="GET", allow=allow, hide_fetch_packs=True)
+    proxy = StallingProxy(registry.url, **stall)
     try:
         home = make_home(registry, token, trust={ns: depositor["public_key"]})
         kvreg(home, "remote", "add", "flaky", proxy.url)
@@ -61,6 +62,16 @@ def test_killed_pull_resumes_without_downloading_finished_objects(
     finally:
         proxy.close()
     assert proc.returncode == -signal.SIGKILL
+    return ns, sizes, home
+
+
+def test_killed_pull_resumes_without_downloading_finished_objects(
+    registry: Registry, depositor: dict[str, Any], make_home
+) -> None:
+    allow = 3
+    ns, sizes, home = _killed_pull(
+        registry, depositor, make_home, method="GET", allow=allow, hide_fetch_packs=True
+    )
     staging = list((home / "tmp").glob("pull-*"))
     assert len(staging) == 1, "the interrupted pull keeps its verified objects in a staging folder"
     complete, partial = staged_files(staging[0], sizes)
@@ -87,23 +98,7 @@ def test_pull_killed_in_a_fetch_pack_resumes_from_what_arrived(
 ) -> None:
     """Killed while a fetch pack streams: the objects finished before are kept (hashed again, not
     downloaded), the one under way resumes with a range, the rest come in a new pack."""
-    ns = registry.namespace()
-    registry.register_key(ns, depositor["public_key"])
-    token = registry.user({ns: "write"})
-    pusher = _pusher(depositor, make_home(registry, token))
-    kvreg(pusher, "push", "origin", "src/p07x", "--as", f"{ns}/p07x")
-    sizes = object_sizes(depositor["home"], depositor["manifests"]["p07x"])
-
-    proxy = StallingProxy(registry.url, method="POST", allow=0, pattern=FETCH)
-    try:
-        home = make_home(registry, token, trust={ns: depositor["public_key"]})
-        kvreg(home, "remote", "add", "flaky", proxy.url)
-        kvreg(home, "login", "flaky", "--token", token)
-        proc = _start(home, "pull", "flaky", f"{ns}/p07x", "-j", "1")
-        _kill_when_stalled(proc, proxy)
-    finally:
-        proxy.close()
-    assert proc.returncode == -signal.SIGKILL
+    ns, sizes, home = _killed_pull(registry, depositor, make_home, method="POST", allow=0, pattern=FETCH)
     staging = list((home / "tmp").glob("pull-*"))
     assert len(staging) == 1
     complete, partial = staged_files(staging[0], sizes)
