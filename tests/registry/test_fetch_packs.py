@@ -57,6 +57,7 @@ def _registry(tmp_path: Path, database_url: str, **settings: Any) -> Iterator[Re
             for user in ("writer", "reader", "stranger"):
                 accounts.create_user(s, OPERATOR, user)
                 tokens[user] = accounts.create_token(s, OPERATOR, user, label=user).token
+            tokens["unknown"] = "kvreg_" + "U" * 43
             accounts.create_namespace(s, OPERATOR, "team")
             accounts.create_namespace(s, OPERATOR, "pub", public=True)
             accounts.create_namespace(s, OPERATOR, "empty")
@@ -140,7 +141,9 @@ def test_every_caller_is_answered_as_by_a_single_get(reg: Reg) -> None:
     """For a pack of one object, status and error code equal a GET's, for each kind of caller,
     namespace and digest; a pack of several answers as its first refused object would."""
     public = str(Digest.of_bytes(PUBLIC))
-    cases = itertools.product(reg.tokens, ("team", "pub", "empty", "nowhere"), (DIGESTS[2], public, NEVER))
+    cases = itertools.product(
+        reg.tokens, ("team", "pub", "empty", "nowhere"), (DIGESTS[2], public, NEVER, "sha256:ABC", "x")
+    )
     granted = set()
     for caller, namespace, digest in cases:
         single = reg.get(caller, namespace, digest)

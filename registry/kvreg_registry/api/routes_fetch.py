@@ -8,10 +8,10 @@ middleware, authentication, a transaction, a worker-thread hop, the answer); a p
 of many objects pays that once per pack instead (the download side of the upload
 packs of ``routes_packs``).
 
-Every object is checked before the first byte goes out: the caller's read role (as
-for a single ``GET``), then that the namespace holds each digest (``404
-OBJECT_UNKNOWN`` names the first it lacks). The bytes then go out as a single
-``GET``'s do: from the file to the socket with the zero-copy send extension where
+Every object is checked before the first byte goes out, in a single ``GET``'s order: the
+caller, the digests' syntax, the caller's read role in the namespace, then that it holds
+each digest (``404 OBJECT_UNKNOWN`` names the first it lacks). The bytes then go out as a
+single ``GET``'s do: from the file to the socket with the zero-copy send extension where
 the server offers it and the storage is a local folder, else read and streamed.
 Nothing here verifies a digest for the client: the client hashes every object it
 receives. There is no ``Range``: a client whose pack broke off asks for the object
@@ -38,6 +38,7 @@ from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, deferred_namespace_access
 from kvreg_registry.api.params import NsPath
 from kvreg_registry.server_io import ZEROCOPY_SEND
+from kvreg_registry.services import accounts
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.state import RegistryState
 
@@ -71,8 +72,10 @@ def fetch_objects(
     access: NamespaceAccess = Depends(deferred_namespace_access),
 ) -> Response:
     st = access.st
-    digests = object_service.parse_digests(body.digests, limit=st.settings.max_pack_objects)
-    with access.read() as (s, namespace):
+    # In a GET's order: the caller, the digests' syntax, the namespace, the objects.
+    with access.session() as (s, who):
+        digests = object_service.parse_digests(body.digests, limit=st.settings.max_pack_objects)
+        namespace = accounts.readable_namespace(s, who, access.name, "read")
         sizes = object_service.held_sizes(s, namespace, digests)
     headers = {
         OBJECTS_HEADER: ",".join(f"{d}={sizes[d]}" for d in digests),
