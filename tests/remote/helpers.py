@@ -3,7 +3,7 @@
 ``FileServer`` is a real ``http.server`` on 127.0.0.1 that serves byte strings at
 paths (with single ``Range`` requests), records every request it gets, and can
 be told to misbehave: answer a status a number of times first, cut a body after
-some bytes, ignore ``Range``, redirect, or serve other bytes. It is not the
+some bytes, ignore ``Range``, redirect, serve other bytes, or frame a body in chunks. It is not the
 registry: it knows nothing of digests, refs or auth. It lets the tests exercise
 the client's HTTP handling (retries, resume, redirects) and the pull's staging
 logic without a registry. ``build_artifact`` makes a signed artifact of a given size
@@ -48,6 +48,7 @@ class Route:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     ranges: bool = False  # answer Range requests with 206
+    chunked: bool = False  # send the body with Transfer-Encoding: chunked (as a re-framing proxy does)
 
 
 class FileServer:
@@ -108,7 +109,21 @@ class FileServer:
                             return
                         headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
                         data, code = data[start : end + 1], 206
+                if route.chunked:
+                    self._send_chunked(code, data, headers)
+                    return
                 self._send(code, data, headers, cut=cut, pause=server.pause.get(path))
+
+            def _send_chunked(self, code: int, data: bytes, headers: dict[str, str]) -> None:
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(data), 65536):
+                    piece = data[i : i + 65536]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
 
             def _read_chunked(self) -> bytes:
                 out = b""

@@ -1,10 +1,14 @@
-"""How a pull plans its downloads (``kvreg.remote.staging.fetch_units``) and reads a fetch pack's
-listing (``kvreg.remote.api.objects.parse_fetch_listing``). The downloads themselves run against
-the real registry in ``tests/integration`` (test_push_pull, test_resume, test_refusals)."""
+"""How a pull plans its downloads (``kvreg.remote.staging.fetch_units``), reads a fetch pack's
+listing (``kvreg.remote.api.objects.parse_fetch_listing``) and its answer
+(``ObjectsApi.get_objects_to``, against the scriptable HTTP server of ``helpers``: cut off,
+re-framed in chunks, to retry, lying about sizes). Pulls through packs against the real registry
+are in ``tests/integration`` (test_push_pull, test_resume, test_refusals, test_adversarial)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +17,8 @@ from kvreg.core.errors import DigestMismatchError, RemoteError
 from kvreg.remote.api.objects import parse_fetch_listing
 from kvreg.remote.session import Download, ProgressCallback
 from kvreg.remote.staging import fetch_units
+
+from .helpers import serve
 
 MIB = 1 << 20
 D = [Digest.of_bytes(b"%d" % i) for i in range(40)]
@@ -86,3 +92,87 @@ def test_a_listed_size_over_the_manifests_is_refused_as_not_the_object() -> None
     with pytest.raises(DigestMismatchError) as e:
         parse_fetch_listing(f"{a}=10,{b}=11", [a, b], [10, 10])
     assert str(b) in e.value.message
+
+
+# --- a fetch pack's answer, read by the client (ObjectsApi.get_objects_to) -------------------------
+
+BLOBS = [bytes((i * 7 + k) % 256 for i in range(size)) for k, size in enumerate((300_000, 0, 2_000_000, 5))]
+DIGESTS = [Digest.of_bytes(b) for b in BLOBS]
+FETCH = "/api/v1/namespaces/ns/objects/fetch"
+
+
+def _client(url: str) -> Any:
+    from kvreg.remote.http import RegistryClient
+
+    token = "kvreg_" + "t" * 43
+    return RegistryClient(url, token, remote_name="origin", retries=1, backoff=0.001, timeout=10)
+
+
+def _items(tmp_path: Path, caps: list[int | None] | None = None) -> list[tuple[Digest, Path, int | None]]:
+    caps = caps or [len(b) for b in BLOBS]
+    return [(d, tmp_path / f"{d.hex}.incomplete", cap) for d, cap in zip(DIGESTS, caps, strict=True)]
+
+
+def _route(srv: Any, **kw: Any) -> None:
+    listing = ",".join(f"{d}={len(b)}" for d, b in zip(DIGESTS, BLOBS, strict=True))
+    srv.route(FETCH, b"".join(BLOBS), method="POST", headers={"X-Kvreg-Objects": listing}, **kw)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_pack_is_cut_into_its_objects_each_hashed(tmp_path: Path, chunked: bool) -> None:
+    with serve() as srv:
+        _route(srv, chunked=chunked)
+        with _client(srv.url) as c:
+            moved: list[int] = []
+            got = c.get_objects_to("ns", _items(tmp_path), progress_cb=moved.append)
+        asked = json.loads(srv.requests("POST")[0].body)
+    assert asked == {"digests": [str(d) for d in DIGESTS]}
+    assert [(g.digest, g.size) for g in got] == [(d, len(b)) for d, b in zip(DIGESTS, BLOBS, strict=True)]
+    for (_, path, _), data in zip(_items(tmp_path), BLOBS, strict=True):
+        assert path.read_bytes() == data
+    assert sum(moved) == sum(len(b) for b in BLOBS)
+
+
+def test_a_pack_cut_off_returns_the_objects_finished_and_keeps_what_arrived(tmp_path: Path) -> None:
+    cut = len(BLOBS[0]) + len(BLOBS[1]) + 123_456  # inside the third object
+    with serve() as srv:
+        srv.cut[FETCH] = [cut]
+        _route(srv)
+        with _client(srv.url) as c:
+            got = c.get_objects_to("ns", _items(tmp_path))
+    assert [g.digest for g in got] == DIGESTS[:2]
+    partial = _items(tmp_path)[2][1]
+    assert partial.read_bytes() == BLOBS[2][:123_456]  # written out: a ranged GET resumes from it
+    assert not _items(tmp_path)[3][1].exists()
+
+
+def test_an_answer_to_retry_leaves_the_pack_to_single_downloads(tmp_path: Path) -> None:
+    with serve() as srv:
+        srv.fail[FETCH] = [503]
+        _route(srv)
+        with _client(srv.url) as c:
+            assert c.get_objects_to("ns", _items(tmp_path)) == []
+        assert len(srv.requests("POST")) == 1  # not retried here: the pull fetches the rest one by one
+
+
+def test_a_pack_that_states_more_than_the_manifest_is_refused_before_its_bytes(tmp_path: Path) -> None:
+    with serve() as srv:
+        _route(srv)
+        with _client(srv.url) as c, pytest.raises(DigestMismatchError):
+            c.get_objects_to("ns", _items(tmp_path, [len(BLOBS[0]), 0, len(BLOBS[2]) - 1, 5]))
+    assert not any(path.exists() for _, path, _ in _items(tmp_path))
+
+
+def test_a_body_longer_than_its_listing_is_refused(tmp_path: Path) -> None:
+    listing = ",".join(f"{d}={len(b)}" for d, b in zip(DIGESTS, BLOBS, strict=True))
+    for chunked in (False, True):
+        with serve() as srv:
+            srv.route(
+                FETCH,
+                b"".join(BLOBS) + b"extra",
+                method="POST",
+                headers={"X-Kvreg-Objects": listing},
+                chunked=chunked,
+            )
+            with _client(srv.url) as c, pytest.raises(RemoteError):
+                c.get_objects_to("ns", _items(tmp_path))

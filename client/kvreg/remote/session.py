@@ -664,13 +664,16 @@ class HttpSession:
                         response.status, response.headers, response.read_capped(MAX_ERROR_BYTES), url
                     )
                 sizes = sizes_of(response.headers)
-                if len(sizes) != len(dests) or response.remaining != sum(sizes):
+                stated = response.remaining  # None: a chunked answer (a proxy re-framed it)
+                if len(sizes) != len(dests) or (stated is not None and stated != sum(sizes)):
                     raise RemoteError(
-                        f"the registry's answer to POST {url} holds {response.remaining} bytes, "
+                        f"the registry's answer to POST {url} holds {stated} bytes, "
                         f"not the {sum(sizes)} of the objects it lists"
                     )
                 for (digest, dest), size in zip(dests, sizes, strict=True):
                     done.append(self._receive_file(response, digest, dest, size, progress_cb))
+                if stated is None and response.readinto(memoryview(bytearray(1))):
+                    raise RemoteError(f"the registry's answer to POST {url} goes on after its objects")
         except ssl.SSLCertVerificationError as e:
             raise _untrusted(url, e) from e
         except ValueError as e:  # an error answer over its cap
