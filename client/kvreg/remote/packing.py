@@ -21,11 +21,11 @@ it about 0.1 CPU s less. A pack that fails is sent again whole, so a larger one 
 more on a flaky link; 128 MiB per job is the compromise (docs/benchmarks.md).
 
 A pull plans its fetch packs (``POST .../objects/fetch``) with the same function, one
-"session" for all (``kvreg.remote.pulling.fetch_units``): the registry's per-request CPU is
+"session" for all (``kvreg.remote.staging.fetch_units``): the registry's per-request CPU is
 the same whichever way the bytes go.
 
 This module only plans; it sends and fetches nothing (``kvreg.remote.pushing`` and
-``kvreg.remote.pulling`` do).
+``kvreg.remote.staging`` do).
 """
 
 from __future__ import annotations

@@ -196,6 +196,26 @@ class _Sink:
         return Digest.from_hex(self.hasher.hexdigest())
 
 
+@contextlib.contextmanager
+def _sink_file(
+    dest: Path, start: int, progress_cb: ProgressCallback | None, *, fsync: bool
+) -> Iterator[_Sink]:
+    """A :class:`_Sink` on the file ``dest`` (created if absent; its first ``start`` bytes kept):
+    finished (fsynced unless ``fsync`` is false) when the block ends, abandoned (what was
+    received stays, for a resume) when it raises."""
+    fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        sink = _Sink(fd, start, progress_cb)
+        try:
+            yield sink
+        except BaseException:
+            sink.abandon()
+            raise
+        sink.finish(fsync=fsync)
+    finally:
+        os.close(fd)
+
+
 def _check_body_size(
     source: Path | BinaryIO, origin: int, size: int, digest: Digest, *, piece: bool = False
 ) -> None:
@@ -603,33 +623,24 @@ class HttpSession:
         registry redirects to (an OCI registry's per-request ``Authorization``). With
         ``fsync=False`` the file is written but not fsynced: the caller fsyncs it before it
         relies on it (a pull fsyncs all its objects at once, after the last download)."""
-        fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            sink = _Sink(fd, start, progress_cb)
+        with _sink_file(dest, start, progress_cb, fsync=fsync) as sink:
             resumed_from = sink.offset
             if sink.offset != start:
                 log.debug("partial file %s holds %d bytes, not %d", dest, sink.offset, start)
-            try:
-                attempt = 0
-                while True:
-                    before = sink.offset
-                    try:
-                        if self._download_attempt(url, digest, sink, max_size, headers or {}):
-                            break
-                    except _Retry as r:
-                        sink.writer.flush()  # what arrived stays in the file while we wait
-                        if sink.offset > before:
-                            attempt = 0  # progress was made: the retry budget starts again
-                        if attempt >= self.retries:
-                            raise self.unavailable("GET", url, r.reason, attempt + 1) from r
-                        self._sleep_before_retry(attempt, r.reason, r.retry_after)
-                        attempt += 1
-            except BaseException:
-                sink.abandon()
-                raise
-            sink.finish(fsync=fsync)
-        finally:
-            os.close(fd)
+            attempt = 0
+            while True:
+                before = sink.offset
+                try:
+                    if self._download_attempt(url, digest, sink, max_size, headers or {}):
+                        break
+                except _Retry as r:
+                    sink.writer.flush()  # what arrived stays in the file while we wait
+                    if sink.offset > before:
+                        attempt = 0  # progress was made: the retry budget starts again
+                    if attempt >= self.retries:
+                        raise self.unavailable("GET", url, r.reason, attempt + 1) from r
+                    self._sleep_before_retry(attempt, r.reason, r.retry_after)
+                    attempt += 1
         return Download(sink.digest(), sink.offset, resumed_from)
 
     def download_many(
@@ -693,17 +704,8 @@ class HttpSession:
         response: BulkResponse, digest: Digest, dest: Path, size: int, progress_cb: ProgressCallback | None
     ) -> Download:
         """The next ``size`` bytes of ``response`` into a new file ``dest``, hashed."""
-        fd = os.open(dest, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            sink = _Sink(fd, 0, progress_cb)
-            try:
-                sink.receive_exactly(response, size)
-            except BaseException:
-                sink.abandon()
-                raise
-            sink.finish(fsync=False)
-        finally:
-            os.close(fd)
+        with _sink_file(dest, 0, progress_cb, fsync=False) as sink:
+            sink.receive_exactly(response, size)
         log.debug("object %s: %d bytes of a fetch pack", digest, size)
         return Download(sink.digest(), sink.offset, 0)
 

@@ -28,6 +28,7 @@ fetch or verify signatures (``kvreg.remote.pulling`` does).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -288,9 +289,10 @@ class Staging:
             self._verified(d, download)
             counter.done()
         left = fresh[len(got) :]
-        if left and self.partial(left[0]).is_file():
+        if left:
             # Counted as it arrived; fetch() counts a partial file's bytes again when it resumes.
-            counter.progress.advance(-self.partial(left[0]).stat().st_size)
+            with contextlib.suppress(FileNotFoundError):  # cut off before its first byte
+                counter.progress.advance(-self.partial(left[0]).stat().st_size)
         taken = set(fresh[: len(got)])
         return [d for d in digests if d not in taken]
 

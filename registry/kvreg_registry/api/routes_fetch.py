@@ -44,7 +44,8 @@ from kvreg_registry.state import RegistryState
 
 router = APIRouter()
 
-#: The answer's header that lists the pack's objects and sizes, in body order.
+#: The answer's header that lists the pack's objects and sizes, in body order: the listing of an
+#: upload pack (``routes_packs.OBJECTS_HEADER``; not imported: routes_admin imports this module).
 OBJECTS_HEADER = "X-Kvreg-Objects"
 
 
@@ -93,20 +94,15 @@ def fetch_objects(
 
 def _open_local(st: RegistryState, digests: list[Digest]) -> list[BinaryIO] | None:
     """Every object opened from the local folder, or None where the storage has no local files."""
-    files: list[BinaryIO] = []
-    try:
+    with contextlib.ExitStack() as opened:
+        files: list[BinaryIO] = []
         for d in digests:
             f = st.storage.open_local(d)
             if f is None:
-                for opened in files:
-                    opened.close()
-                return None
-            files.append(f)
-    except BaseException:
-        for opened in files:
-            opened.close()
-        raise
-    return files
+                return None  # the ones opened are closed on the way out
+            files.append(opened.enter_context(f))
+        opened.pop_all()  # kept open: FilesResponse closes them
+        return files
 
 
 def _read_all(st: RegistryState, digests: list[Digest], sizes: dict[Digest, int]) -> Iterator[bytes]:

@@ -86,14 +86,7 @@ def missing(session: Session, ns: Namespace, digests: Sequence[Digest]) -> list[
 
 def held_size(session: Session, ns: Namespace, digest: Digest) -> int:
     """The size of an object ``ns`` holds; ``ObjectNotFoundError`` otherwise."""
-    size = session.scalar(
-        select(StoredObject.size)
-        .join(NamespaceObject, NamespaceObject.digest == StoredObject.digest)
-        .where(NamespaceObject.namespace_id == ns.id, StoredObject.digest == digest)
-    )
-    if size is None:
-        raise ObjectNotFoundError(f"namespace {ns.name!r} has no object {digest}")
-    return size
+    return held_sizes(session, ns, [digest])[digest]
 
 
 def held_sizes(session: Session, ns: Namespace, digests: Sequence[Digest]) -> dict[Digest, int]:
