@@ -80,9 +80,10 @@ def ask_cmd(
 ) -> None:
     """Answer a prompt with the best stored KV state that fits it (or none, and why).
 
-    Knowledge: a verified artifact whose tokens begin with the prompt, grafted whole.
-    Prefix: the longest shared block-aligned prefix, the rest prefilled (output
-    identical to no cache). With --remote the registry is asked too (block keys only).
+    Knowledge: a verified artifact whose tokens begin with the prompt, grafted
+    whole. Prefix: the longest shared block-aligned prefix, the rest prefilled
+    (output identical to no cache). With --remote the registry is asked too
+    (block keys only).
 
     Examples:
 

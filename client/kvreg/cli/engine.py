@@ -86,8 +86,9 @@ def serve_cmd(
 ) -> None:
     """Serve a model over the OpenAI API, with the verified registry as its prompt cache.
 
-    POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models;
-    greedy answers are byte-identical to an uncached run (docs/serving.md).
+    POST /v1/chat/completions and /v1/completions (streamed or not), GET
+    /v1/models; greedy answers are byte-identical to an uncached run
+    (docs/serving.md).
 
     Examples:
 

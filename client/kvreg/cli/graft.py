@@ -140,8 +140,8 @@ def graft_cmd(
 ) -> None:
     """Graft a stored KV state into MODEL and continue decoding from it.
 
-    Every chunk is re-hashed before it is used; --check recomputes from scratch under
-    the same schedule and compares every decode step's logits by SHA-256.
+    Every chunk is re-hashed before it is used; --check recomputes from scratch
+    under the same schedule and compares every decode step's logits by SHA-256.
 
     Examples:
 

@@ -78,7 +78,8 @@ def import_cmd(
 ) -> None:
     """Convert a GGUF file into a model folder that --model NAME finds.
 
-    It dequantizes to float32, deterministically: the same file, the same bytes on every host.
+    It dequantizes to float32, deterministically: the same file, the same bytes
+    on every host.
 
     Importing the same file again is a quick no-op.
 

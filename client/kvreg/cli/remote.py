@@ -144,10 +144,10 @@ def remote_add(
 
       kvreg remote add origin https://registry.example.org --replace --log-key 'kvreg-log-...+...+...'
 
-    An OCI registry (Docker's, Harbor, GHCR, ECR, GAR, ACR, Artifactory) keeps kvreg
-    artifacts as OCI artifacts in repositories PREFIX/NAMESPACE. It has no audit log
-    (no --log-key, no --max-checkpoint-age); kvreg remote show NAME says what else
-    differs:
+    An OCI registry (Docker's, Harbor, GHCR, ECR, GAR, ACR, Artifactory) keeps
+    kvreg artifacts as OCI artifacts in repositories PREFIX/NAMESPACE. It has no
+    audit log (no --log-key, no --max-checkpoint-age); kvreg remote show NAME
+    says what else differs:
 
       kvreg remote add hub oci://ghcr.io/my-org/kv
 
@@ -284,11 +284,12 @@ def login(
 
       echo "$TOKEN" | kvreg login origin --token-stdin
 
-    An OCI remote takes a user name and a password or token (as docker login does),
-    checked with the registry and stored the same way. Without kvreg login, kvreg
-    uses the credentials of docker login / podman login ($DOCKER_CONFIG/config.json
-    or ~/.docker/config.json with credential helpers, $REGISTRY_AUTH_FILE,
-    $XDG_RUNTIME_DIR/containers/auth.json, ~/.config/containers/auth.json):
+    An OCI remote takes a user name and a password or token (as docker login
+    does), checked with the registry and stored the same way. Without kvreg
+    login, kvreg uses the credentials of docker login / podman login
+    ($DOCKER_CONFIG/config.json or ~/.docker/config.json with credential
+    helpers, $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
+    ~/.config/containers/auth.json):
 
       echo "$PASSWORD" | kvreg login hub --username me --password-stdin
     """
@@ -467,11 +468,11 @@ def pull(
 
       kvreg pull origin aime25/p07 --lazy
 
-    From an OCI remote the same checks run (the signature, found as an OCI referrer,
-    against the local trust policy before any chunk; every blob against its digest;
-    the OCI layers against the signed manifest). With no audit log to prove the
-    tag's history, kvreg keeps its own record of the tags it has seen and refuses a
-    tag moved back (exit 3) unless --allow-rollback.
+    From an OCI remote the same checks run (the signature, found as an OCI
+    referrer, against the local trust policy before any chunk; every blob
+    against its digest; the OCI layers against the signed manifest). With no
+    audit log to prove the tag's history, kvreg keeps its own record of the tags
+    it has seen and refuses a tag moved back (exit 3) unless --allow-rollback.
     """
     out = output.get(ctx, json_output)
     home = common.home(ctx)
