@@ -62,6 +62,28 @@ def test_help_works_for_every_command(capsys, command):
     assert f"kvreg {' '.join(command)}".strip() in out
 
 
+def _every_command(command, path=()):
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from _every_command(sub, (*path, name))
+
+
+def test_help_paragraphs_fit_an_80_column_terminal():
+    """The help keeps a docstring's line breaks (rich markup): a prose line longer than the
+    terminal wraps into a stray short line. Indented lines (examples) may be longer."""
+    import typer
+
+    from kvreg.cli.main import build_app
+
+    too_long = []
+    for path, command in _every_command(typer.main.get_command(build_app())):
+        _, _, rest = (command.help or "").partition("\n\n")  # the first paragraph is re-flowed
+        for line in rest.splitlines():
+            if line[:1] not in ("", " ") and len(line) > 78:
+                too_long.append(f"kvreg {' '.join(path)}: {line[:40]}... ({len(line)} characters)")
+    assert not too_long, "\n".join(too_long)
+
+
 def test_help_and_version_do_not_import_torch(tmp_path):
     env = kvreg_env(tmp_path)
     proc = subprocess.run(

@@ -196,8 +196,11 @@ def remote_list(ctx: typer.Context, json_output: JsonOpt = False) -> None:
 
 
 def remote_show(ctx: typer.Context, name: RemoteArg, json_output: JsonOpt = False) -> None:
-    """Show a remote: its address, where its credentials come from and, for an OCI registry,
-    what it cannot give (transparency log, receipts, routing) and what the client recovers."""
+    """Show a remote: its address and where its credentials come from.
+
+    For an OCI registry also what it cannot give (transparency log, receipts,
+    routing) and what the client recovers.
+    """
     out = output.get(ctx, json_output)
     shown = remotes.show_remote(common.home(ctx), name)
 
