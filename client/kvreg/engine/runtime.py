@@ -80,9 +80,12 @@ def model_name(path: Path) -> str:
 def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
     cfg = model.config.get_text_config(decoder=True)
     n_layers = int(cfg.num_hidden_layers)
-    heads = int(cfg.num_attention_heads)
-    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    cache_layers, kv_heads, head_dim = cache_layout(model)
+    if cache_layers != n_layers:
+        raise ModelError(
+            f"{model.config.model_type}: one token leaves {cache_layers} cache layers for "
+            f"{n_layers} hidden layers; kvreg stores one key/value pair per layer"
+        )
     layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
     sliding = getattr(cfg, "sliding_window", None)
     uses_sliding = any(t == "sliding_attention" for t in layer_types)
@@ -97,6 +100,34 @@ def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
         "layer_types": layer_types,
         "sliding_window": int(sliding) if uses_sliding and sliding else None,
     }
+
+
+@torch.inference_mode()
+def cache_layout(model: PreTrainedModel) -> tuple[int, int, int]:
+    """``(cache layers, kv heads, head dim)``: the shape one token leaves in a fresh cache, the
+    shape every chunk stores. Read from the cache itself, not guessed from the config's names
+    (which differ: Falcon keeps one head per query head in its new architecture and one in all
+    in its multi-query one, GPT-BigCode one). A model whose keys and values differ in shape, or
+    whose layers differ, is refused (``ModelError``): a chunk holds one shape."""
+    cache = DynamicCache(config=model.config)
+    token = torch.zeros((1, 1), dtype=torch.long, device=model.device)
+    model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
+    shapes: set[tuple[int, int]] = set()
+    for index, layer in enumerate(cache.layers):
+        keys, values = layer_kv(layer)
+        if keys.shape != values.shape or keys.dim() != 4:
+            raise ModelError(
+                f"{model.config.model_type}: layer {index} caches keys {tuple(keys.shape)} and values "
+                f"{tuple(values.shape)}; kvreg stores keys and values of one [heads, tokens, dim] shape"
+            )
+        shapes.add((int(keys.shape[1]), int(keys.shape[-1])))
+    if len(shapes) != 1:
+        raise ModelError(
+            f"{model.config.model_type}: its layers cache different shapes {sorted(shapes)} "
+            "(heads, dim); kvreg stores one shape for every layer"
+        )
+    (kv_heads, head_dim) = shapes.pop()
+    return len(cache.layers), kv_heads, head_dim
 
 
 def load_model(
