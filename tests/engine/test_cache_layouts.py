@@ -81,6 +81,38 @@ def test_a_layout_the_config_does_not_name_deposits_and_grafts_byte_exactly(
     assert check.check_graft(lm, outcome.plan, decoded).to_dict()["byte_exact"] is True
 
 
+#: Absolute position embeddings (GPT-2), ALiBi (BLOOM, eager attention) and a sliding window
+#: narrower than a block (Mistral): a graft that prefills after the artifact, or stops at a shared
+#: prefix, must still give the bits of a fresh run.
+PARTIAL = [
+    ("gpt2", {"n_embd": 64, "n_layer": 3, "n_head": 4, "n_positions": 512}, "sdpa"),
+    ("bloom", {"n_layer": 3, "n_head": 4}, "eager"),
+    ("mistral", {"num_key_value_heads": 2, "intermediate_size": 128, "sliding_window": 12}, "sdpa"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "extra", "attn"), PARTIAL, ids=[t for t, _, _ in PARTIAL])
+def test_partial_grafts_are_byte_exact(
+    model_type: str, extra: dict[str, Any], attn: str, tmp_path: Path, home: Home, key: SigningKey
+) -> None:
+    settings = EngineSettings(block_size=16, attn_implementation=attn)
+    lm = load_model(_model_dir(tmp_path / "model", model_type, extra), settings)
+    if "sliding_window" in extra:  # no layer_types in Mistral's config: the cache says every layer slides
+        assert lm.info["layer_types"] == ["sliding_attention"] * 3
+        assert lm.info["sliding_window"] == extra["sliding_window"]
+    ref = RefName("arch", model_type)
+    deposit.deposit(lm, home, text=TEXT, ref=ref, key=key)
+    artifact = open_artifact(home, str(ref))
+    tokens = read_tokens(home, artifact.manifest)
+    appended = tokens + lm.encode(" and one more question after it", first=False)
+    diverging = tokens[:40] + lm.encode(" then other words", first=False)
+    for prompt, grafted in ((appended, len(tokens)), (diverging, 32)):
+        outcome = graft.graft(lm, home, artifact.manifest, tokens, prompt)
+        assert (outcome.plan.graft_tokens, outcome.plan.prefill_tokens) == (grafted, len(prompt) - grafted)
+        decoded = graft.continue_decoding(lm, outcome, 3)
+        assert check.check_graft(lm, outcome.plan, decoded).to_dict()["byte_exact"] is True
+
+
 class _KeysWiderThanValues(torch.nn.Module):
     """A stand-in for attention whose keys and values differ in width (as in multi-head latent
     attention): its cache cannot be stored as one shape."""

@@ -80,13 +80,16 @@ def model_name(path: Path) -> str:
 def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
     cfg = model.config.get_text_config(decoder=True)
     n_layers = int(cfg.num_hidden_layers)
-    cache_layers, kv_heads, head_dim = cache_layout(model)
-    if cache_layers != n_layers:
+    layout = cache_layout(model)
+    if len(layout.sliding) != n_layers:
         raise ModelError(
-            f"{model.config.model_type}: one token leaves {cache_layers} cache layers for "
+            f"{model.config.model_type}: one token leaves {len(layout.sliding)} cache layers for "
             f"{n_layers} hidden layers; kvreg stores one key/value pair per layer"
         )
-    layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
+    # The config's names where it has them (Gemma's); else what the cache does (Mistral's
+    # sliding_window without layer_types slides every layer).
+    configured = getattr(cfg, "layer_types", None)
+    layer_types = list(configured or ("sliding_attention" if s else "full_attention" for s in layout.sliding))
     sliding = getattr(cfg, "sliding_window", None)
     uses_sliding = any(t == "sliding_attention" for t in layer_types)
     return {
@@ -94,21 +97,30 @@ def model_info(model: PreTrainedModel, name: str, dtype: str) -> dict[str, Any]:
         "architecture": (model.config.architectures or [type(model).__name__])[0],
         "model_type": str(model.config.model_type),
         "num_layers": n_layers,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
+        "kv_heads": layout.kv_heads,
+        "head_dim": layout.head_dim,
         "dtype": dtype,
         "layer_types": layer_types,
         "sliding_window": int(sliding) if uses_sliding and sliding else None,
     }
 
 
+@dataclass(frozen=True)
+class CacheLayout:
+    """What one token leaves in a fresh cache: the shape every chunk stores, and which layers
+    keep a sliding window."""
+
+    kv_heads: int
+    head_dim: int
+    sliding: tuple[bool, ...]  # per cache layer
+
+
 @torch.inference_mode()
-def cache_layout(model: PreTrainedModel) -> tuple[int, int, int]:
-    """``(cache layers, kv heads, head dim)``: the shape one token leaves in a fresh cache, the
-    shape every chunk stores. Read from the cache itself, not guessed from the config's names
-    (which differ: Falcon keeps one head per query head in its new architecture and one in all
-    in its multi-query one, GPT-BigCode one). A model whose keys and values differ in shape, or
-    whose layers differ, is refused (``ModelError``): a chunk holds one shape."""
+def cache_layout(model: PreTrainedModel) -> CacheLayout:
+    """The :class:`CacheLayout` of ``model``, read from the cache itself, not guessed from the
+    config's names (which differ: Falcon keeps one head per query head in its new architecture
+    and one in all in its multi-query one, GPT-BigCode one). A model whose keys and values
+    differ in shape, or whose layers differ, is refused (``ModelError``): a chunk holds one shape."""
     cache = DynamicCache(config=model.config)
     token = torch.zeros((1, 1), dtype=torch.long, device=model.device)
     model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
@@ -127,7 +139,8 @@ def cache_layout(model: PreTrainedModel) -> tuple[int, int, int]:
             "(heads, dim); kvreg stores one shape for every layer"
         )
     (kv_heads, head_dim) = shapes.pop()
-    return len(cache.layers), kv_heads, head_dim
+    sliding = tuple(isinstance(layer, DynamicSlidingWindowLayer) for layer in cache.layers)
+    return CacheLayout(kv_heads, head_dim, sliding)
 
 
 def load_model(
