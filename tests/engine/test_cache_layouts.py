@@ -127,7 +127,7 @@ class _KeysWiderThanValues(torch.nn.Module):
             cache.update(torch.zeros(1, 2, 1, 24), torch.zeros(1, 2, 1, 16), index)
 
 
-def test_keys_and_values_of_different_shapes_are_refused_by_name(tmp_path: Path) -> None:
+def test_keys_and_values_of_different_shapes_are_refused_by_name() -> None:
     config = AutoConfig.for_model("llama", vocab_size=64, **COMMON, num_key_value_heads=2)
     with pytest.raises(ModelError, match=r"layer 0 caches keys \(1, 2, 1, 24\) and values \(1, 2, 1, 16\)"):
         cache_layout(_KeysWiderThanValues(config))  # type: ignore[arg-type]
