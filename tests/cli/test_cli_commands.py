@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 
-from kvreg.cli.main import main
+from kvreg.cli.main import build_app, main
 
 from .helpers import kvreg, kvreg_env
 
@@ -71,10 +72,6 @@ def _every_command(command, path=()):
 def test_help_paragraphs_fit_an_80_column_terminal():
     """The help keeps a docstring's line breaks (rich markup): a prose line longer than the
     terminal wraps into a stray short line. Indented lines (examples) may be longer."""
-    import typer
-
-    from kvreg.cli.main import build_app
-
     too_long = []
     for path, command in _every_command(typer.main.get_command(build_app())):
         _, _, rest = (command.help or "").partition("\n\n")  # the first paragraph is re-flowed
