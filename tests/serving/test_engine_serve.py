@@ -417,3 +417,117 @@ def test_concurrent_mixed_requests_leave_the_store_intact_and_answer_as_alone(
     assert {mode for _, mode in alone} >= {"prefix", "off"}  # both classes were in the mix
     report = served.on_model(check_store, served.home, quarantine=False)
     assert report.fsck.ok, report.to_dict()
+
+
+def _adjusted_greedy(served: Served, prompt: list[int], steps: int, adjust: Any) -> str:
+    """An uncached run with ``adjust`` (logit bias, penalties) applied greedily, counting its own tokens."""
+    from kvreg.engine.sampling import sampler
+
+    lm = served.host.lm
+    history: list[int] = []
+    choose = sampler(0.0, adjust=adjust, history=lambda: history)
+
+    def seen(token: int) -> bool:
+        history.append(token)
+        return True
+
+    decoded = served.on_model(
+        plain_generate, lm, prompt, steps, stop_at_eos=True, choose=choose, on_token=seen
+    )
+    return str(lm.tokenizer.decode(decoded.tokens, skip_special_tokens=True))
+
+
+def test_logit_bias_and_penalties_steer_greedy_answers_and_a_graft_keeps_them(
+    client: openai.OpenAI, served: Served
+) -> None:
+    from kvreg.engine.sampling import Adjustments
+
+    prompt = "Logit bias and repetition penalties reach the model through the OpenAI API."
+    tokens = _text_prompt(served, prompt)
+    lm = served.host.lm
+    plain = served.on_model(plain_generate, lm, tokens, 10, stop_at_eos=True).tokens
+    favoured = next(t for t in tokens if t not in lm.tokenizer.all_special_ids)
+    settings: dict[str, Any] = {"model": MODEL, "prompt": prompt, "max_tokens": 10, "temperature": 0}
+
+    every = client.completions.create(**settings, logit_bias={str(favoured): 100})
+    assert every.choices[0].text == lm.tokenizer.decode([favoured] * 10, skip_special_tokens=True)
+    assert every.usage is not None and every.usage.completion_tokens == 10
+
+    banned = client.completions.create(**settings, logit_bias={str(plain[0]): -100})
+    expected = _adjusted_greedy(served, tokens, 10, Adjustments({plain[0]: -100.0}))
+    assert banned.choices[0].text == expected
+    assert expected != lm.tokenizer.decode(plain, skip_special_tokens=True)
+
+    steer = {"logit_bias": {str(plain[1]): 5}, "frequency_penalty": 1.5, "presence_penalty": 0.5}
+    adjusted = Adjustments({plain[1]: 5.0}, presence_penalty=0.5, frequency_penalty=1.5)
+    before = client.completions.create(**settings, **steer)
+    assert before.model_extra["kvreg"]["fallback"]  # type: ignore[index]
+    assert before.choices[0].text == _adjusted_greedy(served, tokens, 10, adjusted)
+    _deposit(served, "serve/steered", prompt)
+    after = client.completions.create(**settings, **steer)
+    assert after.model_extra["kvreg"]["mode"] == "prefix"  # type: ignore[index]
+    assert after.choices[0].text == before.choices[0].text
+
+
+def test_a_conversation_ending_with_the_assistant_gets_a_new_turn_or_is_continued(
+    client: openai.OpenAI, served: Served
+) -> None:
+    messages = [
+        {"role": "user", "content": "Name a verified state."},
+        {"role": "assistant", "content": "One that was"},
+    ]
+    lm = served.host.lm
+    for extra, ending in (
+        ({}, "generation"),  # OpenAI's behaviour: the assistant answers in a new turn
+        ({"continue_final_message": True}, "continue"),
+        ({"continue_final_message": True, "add_generation_prompt": False}, "continue"),
+        ({"add_generation_prompt": False}, "closed"),
+    ):
+        tokens = served.on_model(served.host.chat_tokens, messages, ending)
+        answer = client.chat.completions.create(
+            model=MODEL,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=8,
+            temperature=0,
+            extra_body=extra,
+        )
+        assert answer.usage is not None and answer.usage.prompt_tokens == len(tokens), extra
+        assert answer.choices[0].message.content == _greedy(served, tokens, 8), extra
+    rendered = {
+        ending: lm.tokenizer.decode(served.on_model(served.host.chat_tokens, messages, ending))
+        for ending in ("generation", "continue", "closed")
+    }
+    assert rendered["continue"].endswith("One that was")
+    assert rendered["generation"].startswith(rendered["closed"])
+    assert len(rendered["generation"]) > len(rendered["closed"]) > len(rendered["continue"])
+
+
+def test_what_the_server_cannot_honour_is_refused_not_ignored(client: openai.OpenAI, served: Served) -> None:
+    messages: Any = [{"role": "user", "content": "Refusals name their parameter."}]
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"tools": [tool]}, "tools"),
+        ({"tools": [tool], "tool_choice": "auto"}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"not-a-token": 1}}, "logit_bias"),
+        ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "logit_bias"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"extra_body": {"continue_final_message": True}}, "messages"),
+    ]
+    for extra, param in refused:
+        with pytest.raises(openai.BadRequestError) as refusal:
+            client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, **extra)
+        assert _error(refusal.value)["param"] == param, extra
+    with pytest.raises(openai.BadRequestError) as best_of:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, best_of=2)
+    assert _error(best_of.value)["code"] == "unsupported_value"
+    r = httpx.post(served.url + "/chat/completions", timeout=60)
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
+    # Tools the model may not call, and a plain-text format, change nothing.
+    plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0)
+    for extra in ({"tools": [tool], "tool_choice": "none"}, {"response_format": {"type": "text"}}):
+        same = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=4, temperature=0, **extra
+        )
+        assert same.choices[0].message.content == plain.choices[0].message.content

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from kvreg.app.textfiles import read_utf8_text
 from kvreg.core.errors import UsageError
@@ -133,6 +133,28 @@ def engine_prompt(lm: LoadedModel, prompt: Prompt) -> str | ChatPrompt:
     from kvreg.engine.chat import chat_prompt  # torch; the model is loaded by now
 
     return chat_prompt(lm, prompt.to_list())
+
+
+ChatEnding = Literal["rule", "generation", "closed", "continue"]
+
+
+def encode_chat(lm: LoadedModel, messages: ChatMessages, ending: ChatEnding = "rule") -> list[int]:
+    """The tokens of ``messages`` as the chat template renders them, ending as asked:
+
+    ``rule``: kvreg's rule (``kvreg.engine.chat.wants_generation_prompt``: a generation
+    prompt unless the last turn is the assistant's, as deposits and ``kvreg ask`` render);
+    ``generation``: always a new assistant turn (what the OpenAI API does); ``closed``: the
+    turns as they are, nothing after them; ``continue``: the last (assistant) turn left open.
+    """
+    from kvreg.engine.chat import chat_prompt, chat_tokens, render_chat  # torch; the model is loaded by now
+
+    turns = messages.to_list()
+    if ending == "rule":
+        return chat_prompt(lm, turns).tokens
+    text = render_chat(
+        lm, turns, add_generation_prompt=ending == "generation", continue_final_message=ending == "continue"
+    )
+    return chat_tokens(lm, text)
 
 
 def encode_prompt(lm: LoadedModel, prompt: Prompt) -> list[int]:

@@ -79,16 +79,29 @@ def chat_template(lm: LoadedModel) -> str:
 
 
 def render_chat(
-    lm: LoadedModel, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool
+    lm: LoadedModel,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    add_generation_prompt: bool,
+    continue_final_message: bool = False,
 ) -> str:
-    """The conversation as the model's chat template writes it (special tokens as text)."""
+    """The conversation as the model's chat template writes it (special tokens as text).
+
+    ``continue_final_message``: the last message (the assistant's) is left open, without the
+    end of its turn, so that decoding continues it (transformers' option of that name).
+    """
     chat_template(lm)  # the clear error for a tokenizer without a template
     if not messages:
         raise UsageError("a chat prompt needs at least one message")
-    try:
-        rendered = lm.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+    if continue_final_message and (add_generation_prompt or messages[-1]["role"] != ASSISTANT):
+        raise UsageError(
+            "only a last assistant message, with no generation prompt after it, can be continued"
         )
+    options = {"add_generation_prompt": add_generation_prompt}
+    if continue_final_message:
+        options["continue_final_message"] = True
+    try:
+        rendered = lm.tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=False, **options)
     except TemplateSyntaxError as e:
         name = lm.info.get("name", lm.path)
         raise ModelError(f"the chat template of {name} is not valid Jinja: {e}") from None
@@ -97,6 +110,8 @@ def render_chat(
             f"the chat template of {lm.info.get('name', lm.path)} refused the messages: {e}",
             hint="check the roles and their order (many templates want user and assistant to alternate)",
         ) from None
+    except ValueError as e:  # transformers: a final message it cannot find in the rendering to continue
+        raise UsageError(f"the chat template of {lm.info.get('name', lm.path)}: {e}") from None
     if not isinstance(rendered, str):
         raise ModelError(f"the chat template rendered {type(rendered).__name__}, not text")
     return rendered

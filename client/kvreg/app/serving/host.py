@@ -32,7 +32,7 @@ from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.graft_receipt import receipt_sender
 from kvreg.app.keyring import DEFAULT_KEY_NAME, load_signing_key
 from kvreg.app.loader import load_engine
-from kvreg.app.prompts import ChatMessages, encode_prompt
+from kvreg.app.prompts import ChatEnding, ChatMessages, encode_chat, encode_prompt
 from kvreg.app.serving.protocol import ApiError
 from kvreg.app.serving.textstream import TextStream
 from kvreg.core.errors import KvregError, UsageError
@@ -62,6 +62,9 @@ class Job:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     mode: str | None = None  # the request's own mode (the ``kvreg`` extension); None: the server's
     on_delta: Callable[[], None] | None = None  # called (in the worker) after each token is taken
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -163,9 +166,11 @@ class ModelHost:
 
     # --- prompts --------------------------------------------------------------------------
 
-    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int]:
+    def chat_tokens(self, messages: list[dict[str, str]], ending: ChatEnding = "generation") -> list[int]:
+        """The conversation's tokens; by default with a new assistant turn after it, as OpenAI's API
+        answers a conversation whatever its last turn (``kvreg.app.prompts.encode_chat``)."""
         try:
-            return encode_prompt(self.lm, ChatMessages.parse(messages, source="messages"))
+            return encode_chat(self.lm, ChatMessages.parse(messages, source="messages"), ending)
         except KvregError as exc:
             raise ApiError(exc.message, param="messages") from None
 
@@ -176,6 +181,16 @@ class ModelHost:
         if not prompt or any(not 0 <= t < vocab for t in prompt):
             raise ApiError(f"prompt token ids must be a non-empty list in [0, {vocab})", param="prompt")
         return list(prompt)
+
+    def check_biases(self, biases: dict[int, float]) -> None:
+        """``ApiError`` for a ``logit_bias`` token id outside the vocabulary."""
+        vocab = len(self.lm.tokenizer)
+        outside = sorted(t for t in biases if not 0 <= t < vocab)
+        if outside:
+            raise ApiError(
+                f"logit_bias names token ids outside the vocabulary [0, {vocab}): {outside[:5]}",
+                param="logit_bias",
+            )
 
     def new_stream(self, max_tokens: int, stops: tuple[str, ...]) -> TextStream:
         def decode(ids: Sequence[int]) -> str:
@@ -215,9 +230,12 @@ class ModelHost:
             self.stopped.append(0)
             log.info("serve: a request was skipped: its client left before it reached the model")
             raise Cancelled
-        from kvreg.engine.sampling import sampler  # torch; the model is loaded by now
+        from kvreg.engine.sampling import Adjustments, sampler  # torch; the model is loaded by now
 
-        choose = sampler(job.temperature, top_p=job.top_p, seed=job.seed)
+        adjust = Adjustments(job.logit_bias, job.presence_penalty, job.frequency_penalty)
+        choose = sampler(
+            job.temperature, top_p=job.top_p, seed=job.seed, adjust=adjust, history=lambda: job.stream.tokens
+        )
         self.running = job
         try:
             return self._run(job, choose)

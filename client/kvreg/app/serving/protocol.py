@@ -1,12 +1,14 @@
 """The OpenAI API's shapes as this server speaks them: request bodies, errors, answers, chunks.
 
 Requests are pydantic models that accept the fields OpenAI clients send and ignore the
-ones kvreg has no use for (``user``, ``logit_bias``…), plus kvreg's own ``kvreg``
-extension (``{"mode": "off"}`` asks for a plain run, e.g. an exam's baseline); what kvreg cannot honour (``n``
-other than 1, token log-probabilities) is refused with :class:`ApiError`, which the
-server turns into the OpenAI error object ``{"error": {"message", "type", "param",
-"code"}}`` with its HTTP status. The answer builders take plain values; nothing here
-runs a model or does I/O.
+ones that change nothing in the answer (``user``, ``metadata``, ``store``…), plus kvreg's
+own ``kvreg`` extension (``{"mode": "off"}`` asks for a plain run, e.g. an exam's
+baseline) and vLLM's ``add_generation_prompt`` and ``continue_final_message`` for chats.
+What kvreg cannot honour (``n`` or ``best_of`` other than 1, token log-probabilities, a
+JSON ``response_format``, tools the model may call) is refused with :class:`ApiError`,
+never ignored, which the server turns into the OpenAI error object ``{"error":
+{"message", "type", "param", "code"}}`` with its HTTP status. The answer builders take
+plain values; nothing here runs a model or does I/O.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +53,10 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     logprobs: Any = None
+    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    response_format: dict[str, Any] | None = None
 
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -59,7 +65,7 @@ class _Request(BaseModel):
         return tuple(s for s in stops if s)
 
     def check(self) -> None:
-        """Refuse what this server does not do (one choice, no log-probabilities)."""
+        """Refuse what this server does not do (one choice, no log-probabilities, free text only)."""
         if self.n is not None and self.n != 1:
             raise ApiError(
                 f"n={self.n} is not supported: this server returns one choice per request (n=1)",
@@ -68,7 +74,29 @@ class _Request(BaseModel):
             )
         if self.logprobs:
             raise ApiError("logprobs are not supported", param="logprobs", code="unsupported_value")
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise ApiError(
+                f"response_format {kind!r} is not supported: this server does not constrain the "
+                "output to JSON; ask for JSON in the prompt and parse the text",
+                param="response_format",
+                code="unsupported_value",
+            )
         self.stops()
+        self.biases()
+
+    def biases(self) -> dict[int, float]:
+        """``logit_bias`` with token ids as integers (OpenAI sends them as JSON object keys)."""
+        out: dict[int, float] = {}
+        for key, bias in (self.logit_bias or {}).items():
+            if not key.strip().isdigit():
+                raise ApiError(f"logit_bias keys are token ids, not {key!r}", param="logit_bias")
+            if not -100 <= bias <= 100:
+                raise ApiError(
+                    f"the logit bias of token {key} is {bias}, outside [-100, 100]", param="logit_bias"
+                )
+            out[int(key)] = float(bias)
+        return out
 
     def include_usage(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
@@ -86,9 +114,46 @@ class _Request(BaseModel):
 class ChatRequest(_Request):
     messages: list[dict[str, Any]]
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: Any = None
+    # vLLM's extensions: a new assistant turn after the messages (OpenAI's behaviour, the
+    # default), or the last assistant message continued where it stops.
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
 
     def limit(self, default: int) -> int:
         return self.max_completion_tokens or self.max_tokens or default
+
+    def check(self) -> None:
+        super().check()
+        if (self.tools and self.tool_choice != "none") or (self.functions and self.function_call != "none"):
+            raise ApiError(
+                "tool calls are not supported: this server answers with text only; send no tools, "
+                'or tool_choice "none"',
+                param="tools" if self.tools else "functions",
+                code="unsupported_value",
+            )
+        if (
+            self.continue_final_message
+            and self.add_generation_prompt
+            and "add_generation_prompt" in (self.model_fields_set)
+        ):
+            raise ApiError(
+                "continue_final_message and add_generation_prompt cannot both be true",
+                param="continue_final_message",
+            )
+        last = self.messages[-1].get("role") if self.messages else None
+        if self.continue_final_message and last != "assistant":
+            raise ApiError("continue_final_message needs a last message from the assistant", param="messages")
+
+    def rendering(self) -> Literal["generation", "closed", "continue"]:
+        """How the conversation ends: ``generation`` (a new assistant turn), ``continue`` (the
+        last assistant message goes on) or ``closed`` (as the messages end, nothing added)."""
+        if self.continue_final_message:
+            return "continue"
+        return "generation" if self.add_generation_prompt else "closed"
 
     def conversation(self) -> list[dict[str, str]]:
         """The messages as role/content text (text parts joined; names and other fields dropped)."""
@@ -118,6 +183,7 @@ class CompletionRequest(_Request):
     prompt: str | list[str] | list[int]
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = None
 
     def limit(self, default: int) -> int:
         return self.max_tokens or default
@@ -129,6 +195,12 @@ class CompletionRequest(_Request):
             raise ApiError("one prompt per request (a list of prompts is not supported)", param="prompt")
         if self.echo or self.suffix:
             raise ApiError("echo and suffix are not supported", param="echo" if self.echo else "suffix")
+        if self.best_of is not None and self.best_of != 1:
+            raise ApiError(
+                f"best_of={self.best_of} is not supported: this server decodes one completion per request",
+                param="best_of",
+                code="unsupported_value",
+            )
 
     def text_or_tokens(self) -> str | list[int]:
         if isinstance(self.prompt, str):

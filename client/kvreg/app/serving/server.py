@@ -95,9 +95,12 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
         first = errors[0] if errors else {}
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         json_error = first.get("type") == "json_invalid"
-        message = (
-            "the request body is not valid JSON" if json_error else f"{'.'.join(loc)}: {first.get('msg')}"
-        )
+        if json_error:
+            message = "the request body is not valid JSON"
+        elif not loc:  # the body as a whole: none, or not an object
+            message = f"the request body must be a JSON object ({first.get('msg')})"
+        else:
+            message = f"{'.'.join(loc)}: {first.get('msg')}"
         err = ApiError(message, param=None if json_error or not loc else loc[0], code="invalid_request")
         return JSONResponse(err.body(), status_code=400)
 
@@ -163,8 +166,10 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
                 code="model_not_found",
             )
         max_tokens = body.limit(default_max_tokens)
+        biases = body.biases()
+        host.check_biases(biases)
         if isinstance(body, ChatRequest):
-            prompt = await in_worker(host.chat_tokens, body.conversation())
+            prompt = await in_worker(host.chat_tokens, body.conversation(), body.rendering())
         else:
             prompt = await in_worker(host.text_tokens, body.text_or_tokens())
         host.check_length(prompt, max_tokens)
@@ -174,6 +179,9 @@ def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS)
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             seed=body.seed,
+            logit_bias=biases,
+            presence_penalty=body.presence_penalty or 0.0,
+            frequency_penalty=body.frequency_penalty or 0.0,
             mode=mode,
         )
         rid = protocol.new_id("chatcmpl" if chat else "cmpl")
