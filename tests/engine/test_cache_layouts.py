@@ -50,7 +50,7 @@ LAYOUTS = [
 
 def _model_dir(root: Path, model_type: str, extra: dict[str, Any]) -> Path:
     tokenizer = build_tokenizer(512)
-    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **COMMON, **extra)
+    config = AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **{**COMMON, **extra})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(root, safe_serialization=True)
@@ -131,3 +131,37 @@ def test_keys_and_values_of_different_shapes_are_refused_by_name() -> None:
     config = AutoConfig.for_model("llama", vocab_size=64, **COMMON, num_key_value_heads=2)
     with pytest.raises(ModelError, match=r"layer 0 caches keys \(1, 2, 1, 24\) and values \(1, 2, 1, 16\)"):
         cache_layout(_KeysWiderThanValues(config))  # type: ignore[arg-type]
+
+
+#: model_type, extra config: models whose cache holds recurrent state (all layers, some, or both
+#: kinds in one layer), built from real transformers configs.
+RECURRENT = [
+    ("mamba", {"num_hidden_layers": 2}),
+    ("jamba", {"num_hidden_layers": 2, "num_key_value_heads": 2, "intermediate_size": 64}),
+    ("qwen3_next", {"num_hidden_layers": 4, "num_key_value_heads": 2, "intermediate_size": 64}),
+    ("falcon_h1", {"num_hidden_layers": 2, "num_key_value_heads": 2, "intermediate_size": 64}),
+]
+
+
+@pytest.mark.parametrize(("model_type", "extra"), RECURRENT, ids=[t for t, _ in RECURRENT])
+def test_state_space_and_hybrid_models_are_refused_by_name_when_they_load(
+    model_type: str, extra: dict[str, Any], tmp_path: Path
+) -> None:
+    folder = _model_dir(tmp_path / "model", model_type, extra)
+    with pytest.raises(ModelError, match=rf"{model_type}: \d of its \d cache layers hold no plain attention"):
+        load_model(folder, EngineSettings(block_size=16, attn_implementation="eager"))
+
+
+def test_a_model_that_cannot_run_into_a_dynamic_cache_is_a_model_error() -> None:
+    class _RefusesTheCache(torch.nn.Module):
+        def __init__(self, config: Any) -> None:
+            super().__init__()
+            self.config = config
+            self.device = torch.device("cpu")
+
+        def forward(self, **_: Any) -> None:
+            raise ValueError("this model uses a cache of its own")
+
+    config = AutoConfig.for_model("llama", vocab_size=64, **COMMON, num_key_value_heads=2)
+    with pytest.raises(ModelError, match=r"does not run into transformers' DynamicCache.*of its own"):
+        cache_layout(_RefusesTheCache(config))  # type: ignore[arg-type]

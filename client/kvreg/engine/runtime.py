@@ -122,8 +122,23 @@ def cache_layout(model: PreTrainedModel) -> CacheLayout:
     and one in all in its multi-query one, GPT-BigCode one). A model whose keys and values
     differ in shape, or whose layers differ, is refused (``ModelError``): a chunk holds one shape."""
     cache = DynamicCache(config=model.config)
+    kind = model.config.model_type
+    refused = unsupported_layers(cache)
+    if refused:
+        raise ModelError(
+            f"{kind}: {len(refused)} of its {len(cache.layers)} cache layers hold no plain attention keys "
+            f"and values ({', '.join(sorted({name for _, name in refused}))}, layers "
+            f"{[i for i, _ in refused][:8]}); kvreg stores and grafts attention keys and values only, "
+            "so it cannot deposit or graft a state-space, linear-attention or hybrid model"
+        )
     token = torch.zeros((1, 1), dtype=torch.long, device=model.device)
-    model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
+    try:
+        model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+        raise ModelError(
+            f"{kind}: one token does not run into transformers' DynamicCache, the cache kvreg fills "
+            f"and grafts: {type(e).__name__}: {e}"
+        ) from e
     shapes: set[tuple[int, int]] = set()
     for index, layer in enumerate(cache.layers):
         keys, values = layer_kv(layer)
@@ -194,15 +209,24 @@ def schedule(start: int, end: int, block_size: int, *, split_at: int | None = No
 # --- caches ---------------------------------------------------------------------------
 
 
+def unsupported_layers(cache: DynamicCache) -> list[tuple[int, str]]:
+    """``(index, class name)`` of the cache's layers that are neither a plain key/value layer nor a
+    sliding window (a linear-attention or state-space layer's recurrent state, a hybrid of both)."""
+    return [
+        (i, type(layer).__name__)
+        for i, layer in enumerate(cache.layers)
+        if not isinstance(layer, DynamicSlidingWindowLayer) and type(layer) is not DynamicLayer
+    ]
+
+
 def new_cache(lm: LoadedModel) -> DynamicCache:
     cache = DynamicCache(config=lm.model.config)
+    refused = unsupported_layers(cache)
+    if refused:  # refused when the model loaded (cache_layout); kept for a model loaded otherwise
+        raise ModelError(f"unsupported cache layer type {refused[0][1]} for {lm.info['architecture']}")
     for layer in cache.layers:
         if isinstance(layer, DynamicSlidingWindowLayer):
             layer.activate_past_recording()
-        elif type(layer) is not DynamicLayer:
-            raise ModelError(
-                f"unsupported cache layer type {type(layer).__name__} for {lm.info['architecture']}"
-            )
     return cache
 
 
