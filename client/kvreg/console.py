@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kvreg.core.errors import EXIT_ERROR, EXIT_USAGE, KvregError
+from kvreg.core.errors import EXIT_ERROR, EXIT_USAGE, KvregError, from_os_error
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +269,9 @@ def run(command: Any, argv: Sequence[str], *, prog_name: str = "kvreg") -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_ERROR
+    except OSError as exc:  # a full disk or a refused write is the machine's answer, not a bug
+        refusal = from_os_error(exc)
+        return output.unexpected(exc) if refusal is None else output.error(refusal)
     except Exception as exc:
         return output.unexpected(exc)
     if isinstance(rv, int) and not isinstance(rv, bool):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -332,3 +333,29 @@ def test_unexpected_errors_exit_1_with_a_short_message(capsys, tmp_path, monkeyp
     assert rc == 1
     assert json.loads(out)["error"]["code"] == "INTERNAL"
     assert "Traceback" in err
+
+
+def test_a_full_disk_or_a_refused_write_is_a_typed_error_not_an_unexpected_one(capsys, tmp_path, monkeypatch):
+    import errno
+
+    from kvreg.cli import maintenance
+
+    def refuse(number: int, filename: str | None):
+        def fail(*args, **kwargs):
+            raise OSError(number, os.strerror(number), filename)
+
+        return fail
+
+    monkeypatch.setattr(maintenance, "collect_garbage", refuse(errno.ENOSPC, None))
+    rc, out, err = call(capsys, "--home", tmp_path, "--json", "gc")
+    assert rc == 1 and "unexpected" not in err
+    error = json.loads(out)["error"]
+    assert error["code"] == "DISK_FULL" and "No space left on device" in error["message"]
+    assert "kvreg gc" in error["hint"]
+    monkeypatch.setattr(maintenance, "collect_garbage", refuse(errno.EROFS, "/store/objects/ab"))
+    rc, out, err = call(capsys, "--home", tmp_path, "gc")
+    assert rc == 1 and "Read-only file system" in err and "/store/objects/ab" in err
+    assert "unexpected" not in err
+    monkeypatch.setattr(maintenance, "collect_garbage", refuse(errno.EIO, None))
+    rc, out, err = call(capsys, "--home", tmp_path, "gc")
+    assert rc == 1 and "unexpected OSError" in err  # other I/O errors stay unexpected

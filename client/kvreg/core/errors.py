@@ -16,6 +16,7 @@ CLI's job (``kvreg.console``).
 
 from __future__ import annotations
 
+import errno
 from typing import Any, ClassVar
 
 EXIT_ERROR = 1
@@ -245,6 +246,38 @@ class StoreError(KvregError):
     """The local store is damaged or cannot be written."""
 
     code = "STORE_ERROR"
+
+
+class DiskFullError(StoreError):
+    """The file system has no space (or no quota) left for a write."""
+
+    code = "DISK_FULL"
+
+
+class FileAccessError(StoreError):
+    """The operating system refused a file operation: permission denied, a read-only file system."""
+
+    code = "FILE_ACCESS"
+
+
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NO_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def from_os_error(exc: OSError) -> StoreError | None:
+    """The typed error for an ``OSError`` that says the machine refused a write or a read (no
+    space, no quota, no permission, a read-only file system), naming the file; ``None`` for any
+    other ``OSError`` (those are not the environment's refusals, and stay unexpected)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _NO_SPACE:
+        return DiskFullError(
+            f"{reason}{where}: the write was not completed",
+            hint="free space on that file system; in a kvreg store, 'kvreg gc' and 'kvreg evict' make room",
+        )
+    if exc.errno in _NO_ACCESS:
+        return FileAccessError(f"the file system refused the operation{where}: {reason}")
+    return None
 
 
 # --- registry protocol (HTTP); see docs/protocol.md for the status of each code ------

@@ -4,7 +4,8 @@ Every ``KvregError`` becomes ``{"error": {"code", "message", "hint"?, "details"?
 with the status of its class (the table in docs/protocol.md) and the code again in
 the ``X-Kvreg-Error-Code`` header. FastAPI's validation errors become
 ``400 REQUEST_INVALID``; unknown routes ``404 NOT_FOUND``; anything unexpected
-``500 INTERNAL`` with the traceback in the server log only, never in the body.
+``500 INTERNAL`` with the traceback in the server log only, never in the body; a write
+that found no space left on the storage is ``507 DISK_FULL``.
 Under ``/v2/`` (the OCI pull API) errors take the OCI distribution format instead
 (``api.oci_errors``).
 Starlette's own answers keep their headers (a ``405`` names the allowed methods in
@@ -55,6 +56,7 @@ _STATUS: list[tuple[type[e.KvregError], int]] = [
     (e.ObjectsMissingError, 422),
     (e.ManifestUnknownError, 422),
     (e.UnavailableError, 503),
+    (e.DiskFullError, 507),
 ]
 
 
@@ -203,6 +205,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, OSError) and isinstance(e.from_os_error(exc), e.DiskFullError):
+            # The storage is full: the operator's to fix, and the client's to know (no path in the body).
+            log.error("no space left for a request to %s: %s", request.url.path, exc)
+            full = e.DiskFullError(
+                "the registry's storage has no space left: nothing of this request was stored",
+                hint="retry later; the registry's operator must free space or add storage",
+            )
+            return await _kvreg(request, full)
         log.exception("unexpected error while serving a request", exc_info=exc)
         if oci_errors.is_oci_path(request.url.path):
             return oci_errors.unexpected(request)
