@@ -30,7 +30,7 @@ def test_a_logit_bias_moves_the_argmax() -> None:
 def test_penalties_follow_openais_formula_over_the_history() -> None:
     history: list[int] = []
     adjust = Adjustments(presence_penalty=0.5, frequency_penalty=0.25)
-    scores = adjust.apply(_logits(1.0, 1.0, 1.0, 1.0), [1, 1, 1, 3])
+    scores = adjust.apply(_logits(1.0, 1.0, 1.0, 1.0), {1: 3, 3: 1, 2: 0})
     # token 1: 3 times -> 1 - (3 * 0.25 + 0.5); token 3: once -> 1 - (0.25 + 0.5); others unchanged
     assert scores.tolist() == [1.0, -0.25, 1.0, 0.25]
     choose = sampler(0.0, adjust=Adjustments(frequency_penalty=2.0), history=lambda: history)

@@ -29,6 +29,7 @@ import secrets
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -61,17 +62,23 @@ class Adjustments:
     def neutral(self) -> bool:
         return not self.logit_bias and not self.presence_penalty and not self.frequency_penalty
 
-    def apply(self, scores: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
-        """``scores`` (float32, one row of logits) adjusted in place for a completion holding ``history``."""
+    @cached_property
+    def _bias(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.tensor(list(self.logit_bias), dtype=torch.long)
+        return ids, torch.tensor(list(self.logit_bias.values()), dtype=torch.float32)
+
+    def apply(self, scores: torch.Tensor, seen: Mapping[int, int]) -> torch.Tensor:
+        """``scores`` (float32, one row of logits) adjusted in place for a completion that holds token
+        ``t`` ``seen[t]`` times."""
         if self.logit_bias:
-            ids = torch.tensor(list(self.logit_bias), dtype=torch.long)
-            scores[ids] += torch.tensor(list(self.logit_bias.values()), dtype=torch.float32)
-        if history and (self.presence_penalty or self.frequency_penalty):
-            counts = Counter(t for t in history if 0 <= t < scores.numel())
+            ids, values = self._bias
+            scores[ids] += values
+        if seen and (self.presence_penalty or self.frequency_penalty):
+            counts = {t: n for t, n in seen.items() if 0 <= t < scores.numel() and n > 0}
             if counts:
                 ids = torch.tensor(list(counts), dtype=torch.long)
-                seen = torch.tensor(list(counts.values()), dtype=torch.float32)
-                scores[ids] -= seen * self.frequency_penalty + self.presence_penalty
+                times = torch.tensor(list(counts.values()), dtype=torch.float32)
+                scores[ids] -= times * self.frequency_penalty + self.presence_penalty
         return scores
 
 
@@ -100,10 +107,18 @@ def sampler(
         generator = torch.Generator(device="cpu")
         generator.manual_seed(secrets.randbits(63) if seed is None else seed % (1 << 64))
 
+    seen: Counter[int] = Counter()  # the completion's tokens, counted as they come (it only grows)
+    counted = 0
+
     def choose(logits: torch.Tensor) -> int:
+        nonlocal counted
         scores = logits.detach().reshape(-1).to("cpu", torch.float32, copy=True)
         if not adjust.neutral:
-            adjust.apply(scores, history() if history is not None else ())
+            if history is not None:
+                tokens = history()
+                seen.update(tokens[counted:])
+                counted = len(tokens)
+            adjust.apply(scores, seen)
         if generator is None:
             return int(torch.argmax(scores).item())
         probs = torch.softmax(scores / temperature, dim=-1)
