@@ -203,8 +203,8 @@ def install(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(allowed)
         return _answer(request, error_response(exc.status_code, body, headers))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: Exception) -> Response:
         if isinstance(exc, OSError) and isinstance(e.from_os_error(exc), e.DiskFullError):
             # The storage is full: the operator's to fix, and the client's to know (no path in the body).
             log.error("no space left for a request to %s: %s", request.url.path, exc)
@@ -213,6 +213,10 @@ def install(app: FastAPI) -> None:
                 hint="retry later; the registry's operator must free space or add storage",
             )
             return await _kvreg(request, full)
+        return await _unexpected(request, exc)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error while serving a request", exc_info=exc)
         if oci_errors.is_oci_path(request.url.path):
             return oci_errors.unexpected(request)
