@@ -531,3 +531,21 @@ def test_what_the_server_cannot_honour_is_refused_not_ignored(client: openai.Ope
             model=MODEL, messages=messages, max_tokens=4, temperature=0, **extra
         )
         assert same.choices[0].message.content == plain.choices[0].message.content
+
+
+def test_a_request_body_over_the_limit_is_refused_413_declared_or_streamed(served: Served) -> None:
+    from kvreg.app.serving.server import MAX_REQUEST_BYTES
+
+    body = json.dumps({"model": MODEL, "prompt": "x" * (MAX_REQUEST_BYTES + 1), "max_tokens": 1}).encode()
+    url = served.url + "/completions"
+    declared = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=120)
+    assert declared.status_code == 413
+
+    def pieces() -> Any:
+        for at in range(0, len(body), 1 << 20):
+            yield body[at : at + (1 << 20)]
+
+    streamed = httpx.post(url, content=pieces(), headers={"content-type": "application/json"}, timeout=120)
+    assert streamed.status_code == 413 and streamed.json()["error"]["type"] == "invalid_request_error"
+    ok = httpx.post(url, json={"model": MODEL, "prompt": "x", "max_tokens": 1, "temperature": 0}, timeout=120)
+    assert ok.status_code == 200  # the server goes on

@@ -46,6 +46,9 @@ from kvreg.store.home import Home
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 128
+#: The largest request body read (413 past it): far above any prompt a context window holds (a
+#: 128K-token prompt is a few MiB of JSON), far below what would strain the server's memory.
+MAX_REQUEST_BYTES = 32 << 20
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer (nginx's)
 
 
@@ -82,7 +85,7 @@ def _headers(res: JobResult) -> dict[str, str]:
 
 def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> FastAPI:
     """The FastAPI application serving ``host``'s model."""
-    app = FastAPI(title="kvreg engine serve", docs_url=None, redoc_url=None)
+    app = FastAPI(title="kvreg engine serve", docs_url=None, redoc_url=None, max_body_size=MAX_REQUEST_BYTES)
     created = int(time.time())
 
     @app.exception_handler(ApiError)
