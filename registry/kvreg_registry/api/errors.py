@@ -213,7 +213,7 @@ def install(app: FastAPI) -> None:
                 hint="retry later; the registry's operator must free space or add storage",
             )
             return await _kvreg(request, full)
-        return await _unexpected(request, exc)
+        raise exc  # any other: on to the 500 handler below, as if this one were not there
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
