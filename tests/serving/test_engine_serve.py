@@ -549,3 +549,24 @@ def test_a_request_body_over_the_limit_is_refused_413_declared_or_streamed(serve
     assert streamed.status_code == 413 and streamed.json()["error"]["type"] == "invalid_request_error"
     ok = httpx.post(url, json={"model": MODEL, "prompt": "x", "max_tokens": 1, "temperature": 0}, timeout=120)
     assert ok.status_code == 200  # the server goes on
+
+
+def test_with_an_api_key_every_route_wants_it_as_a_bearer_token(served: Served) -> None:
+    from fastapi.testclient import TestClient
+
+    from kvreg.app.serving.server import create_app
+
+    with TestClient(create_app(served.host, api_key="s3cret-key")) as app:
+        ask = {"model": MODEL, "prompt": "x", "max_tokens": 1, "temperature": 0}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-key"}):
+            for answer in (
+                app.get("/v1/models", headers=headers),
+                app.post("/v1/completions", json=ask, headers=headers),
+            ):
+                assert answer.status_code == 401, headers
+                assert answer.json()["error"]["code"] == "invalid_api_key"
+        good = {"Authorization": "Bearer s3cret-key"}
+        assert app.get("/v1/models", headers=good).json()["data"][0]["id"] == MODEL
+        assert app.post("/v1/completions", json=ask, headers=good).status_code == 200
+    # The shared server has no key: nothing is asked of its clients.
+    assert httpx.get(served.url + "/models", timeout=60).status_code == 200

@@ -71,6 +71,17 @@ def serve_cmd(
         str, typer.Option("--host", help="Address to listen on; keep it on loopback unless behind a proxy.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0 picks a free one).")] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="KVREG_ENGINE_API_KEY",
+            metavar="KEY",
+            show_envvar=True,
+            help="Answer only requests that carry 'Authorization: Bearer KEY' (OpenAI clients send "
+            "OPENAI_API_KEY so); prefer the environment variable, which ps does not show.",
+        ),
+    ] = None,
     max_tokens: Annotated[
         int,
         typer.Option(
@@ -97,6 +108,8 @@ def serve_cmd(
       OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=unused python my_app.py
 
       kvreg engine serve --model ./model --remote origin -n team --mode knowledge
+
+      KVREG_ENGINE_API_KEY=$(openssl rand -hex 16) kvreg engine serve --model smollm2
     """
     from kvreg.app.serving.server import EngineServeRequest, serve_engine  # FastAPI, uvicorn
 
@@ -114,6 +127,7 @@ def serve_cmd(
         receipt_key=key,
         host=host,
         port=port,
+        api_key=api_key or None,
         default_max_tokens=max_tokens,
         engine=bundle(dtype, threads, attn, profile, device, block_size),
     )

@@ -9,7 +9,8 @@ that disconnects mid-stream marks its job cancelled and the decoding stops at it
 Every error is OpenAI's error object with its status. Each answer carries kvreg's facts in
 the ``kvreg`` field (and, when not streamed, ``x-kvreg-*`` headers). A non-streamed request
 whose client disconnects is cancelled the same way, and no answer is sent. A request may ask
-for a plain run with ``{"kvreg": {"mode": "off"}}``.
+for a plain run with ``{"kvreg": {"mode": "off"}}``. With an API key, every route answers
+only requests that carry it as a bearer token (401 ``invalid_api_key`` otherwise).
 
 :func:`serve_engine` is the ``kvreg engine serve`` use case: load the model, open the remote,
 run uvicorn until interrupted. Nothing here touches the model directly.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import socket
 import time
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -83,9 +85,36 @@ def _headers(res: JobResult) -> dict[str, str]:
     return out
 
 
-def create_app(host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> FastAPI:
-    """The FastAPI application serving ``host``'s model."""
-    app = FastAPI(title="kvreg engine serve", docs_url=None, redoc_url=None, max_body_size=MAX_REQUEST_BYTES)
+def bearer_check(api_key: str | None) -> Callable[[Request], None]:
+    """A dependency that refuses (401, OpenAI's ``invalid_api_key``) a request whose
+    ``Authorization: Bearer`` is not ``api_key``; with no key, every request passes."""
+    expected = None if api_key is None else api_key.encode("utf-8")
+
+    def check(request: Request) -> None:
+        if expected is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), expected):
+            raise ApiError(
+                "a valid API key is required: send 'Authorization: Bearer KEY' with the server's key",
+                status=401,
+                code="invalid_api_key",
+            )
+
+    return check
+
+
+def create_app(
+    host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS, api_key: str | None = None
+) -> FastAPI:
+    """The FastAPI application serving ``host``'s model (every route behind ``api_key`` when given)."""
+    app = FastAPI(
+        title="kvreg engine serve",
+        docs_url=None,
+        redoc_url=None,
+        max_body_size=MAX_REQUEST_BYTES,
+        dependencies=[Depends(bearer_check(api_key))],
+    )
     created = int(time.time())
 
     @app.exception_handler(ApiError)
@@ -316,6 +345,7 @@ class EngineServeRequest:
     receipt_key: str = DEFAULT_KEY_NAME
     host: str = "127.0.0.1"
     port: int = 8000
+    api_key: str | None = None  # None: no authentication (loopback, or behind a proxy that checks)
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     engine: EngineOptions = field(default_factory=EngineOptions)
 
@@ -361,7 +391,7 @@ def serve_engine(
             feedback=feedback,
         )
         try:
-            app = create_app(host, default_max_tokens=request.default_max_tokens)
+            app = create_app(host, default_max_tokens=request.default_max_tokens, api_key=request.api_key)
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
             bound_host, bound_port = sock.getsockname()[:2]
             where = f"[{bound_host}]" if ":" in bound_host else bound_host
