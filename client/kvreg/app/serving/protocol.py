@@ -135,11 +135,8 @@ class ChatRequest(_Request):
                 param="tools" if self.tools else "functions",
                 code="unsupported_value",
             )
-        if (
-            self.continue_final_message
-            and self.add_generation_prompt
-            and "add_generation_prompt" in (self.model_fields_set)
-        ):
+        both = self.continue_final_message and self.add_generation_prompt
+        if both and "add_generation_prompt" in self.model_fields_set:  # the default gives way
             raise ApiError(
                 "continue_final_message and add_generation_prompt cannot both be true",
                 param="continue_final_message",
