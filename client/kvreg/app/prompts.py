@@ -146,14 +146,12 @@ def encode_chat(lm: LoadedModel, messages: ChatMessages, ending: ChatEnding = "r
     ``generation``: always a new assistant turn (what the OpenAI API does); ``closed``: the
     turns as they are, nothing after them; ``continue``: the last (assistant) turn left open.
     """
-    from kvreg.engine.chat import chat_prompt, chat_tokens, render_chat  # torch; the model is loaded by now
+    from kvreg.engine.chat import chat_tokens, render_chat, wants_generation_prompt  # torch; loaded by now
 
     turns = messages.to_list()
-    if ending == "rule":
-        return chat_prompt(lm, turns).tokens
-    text = render_chat(
-        lm, turns, add_generation_prompt=ending == "generation", continue_final_message=ending == "continue"
-    )
+    generation = wants_generation_prompt(turns) if ending == "rule" else ending == "generation"
+    keep_open = ending == "continue"
+    text = render_chat(lm, turns, add_generation_prompt=generation, continue_final_message=keep_open)
     return chat_tokens(lm, text)
 
 
@@ -161,6 +159,4 @@ def encode_prompt(lm: LoadedModel, prompt: Prompt) -> list[int]:
     """The prompt's token ids: text with the tokenizer's special tokens, messages as rendered."""
     if isinstance(prompt, str):
         return lm.encode(prompt, first=True)
-    from kvreg.engine.chat import chat_prompt  # torch; the model is loaded by now
-
-    return chat_prompt(lm, prompt.to_list()).tokens
+    return encode_chat(lm, prompt)
