@@ -10,6 +10,7 @@ digests. The ``oras`` SDK against a live server is in ``tests/integration/test_o
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,19 +18,22 @@ from typing import Any
 
 import httpx
 import pytest
+from alembic import command
 from fastapi.testclient import TestClient
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from core.manifest_helpers import Built
 from kvreg.core import oci
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
 from kvreg_registry.app import create_app
-from kvreg_registry.db.models import OciManifest
+from kvreg_registry.db.engine import alembic_config, upgrade
+from kvreg_registry.db.models import Envelope as EnvelopeRow
+from kvreg_registry.db.models import Namespace, OciManifest
 from kvreg_registry.services import accounts
 from kvreg_registry.settings import S3Options, Settings
 from remote.helpers import build_artifact
-from web.library import OPERATOR, Library
+from web.library import OPERATOR, Library, count_queries
 
 V2 = "application/vnd.oci.image.manifest.v1+json"
 
@@ -323,19 +327,81 @@ def test_private_namespace_needs_a_token_through_the_token_flow(lib: Library) ->
     assert int(r.headers["retry-after"]) >= 1
 
 
+def _forget_oci_rows(lib: Library, ns: str | None = None) -> None:
+    """As on a database migrated from before 0007: the rows gone, their namespaces flagged (0008)."""
+    with lib.app_state.db.write() as s:
+        s.execute(delete(OciManifest))
+        flagged = update(Namespace).values(oci_backfill_pending=True)
+        s.execute(flagged if ns is None else flagged.where(Namespace.name == ns))
+
+
+def _flags(lib: Library) -> dict[str, bool]:
+    with lib.app_state.db.read() as s:
+        return {
+            name: bool(flag)
+            for name, flag in s.execute(select(Namespace.name, Namespace.oci_backfill_pending))
+        }
+
+
 def test_envelopes_stored_before_the_migration_are_filled_in_lazily(lib: Library) -> None:
     ns, _built = publish(lib)
     data = get(lib, f"/v2/{ns}/manifests/answer").content
     sig_digest = oci.parse_index(get(lib, f"/v2/{ns}/referrers/{Digest.of_bytes(data)}").content)[0].digest
-    with lib.app_state.db.write() as s:
-        s.execute(delete(OciManifest))  # as after migration 0007 on an older database
-    # by digest first: the miss fills the namespace's rows, with the same bytes
+    _forget_oci_rows(lib, ns)
+    # by digest first: the miss fills the namespace's rows, with the same bytes, and clears the flag
     again = get(lib, f"/v2/{ns}/manifests/{sig_digest}")
     assert again.status_code == 200
     assert get(lib, f"/v2/{ns}/manifests/{Digest.of_bytes(data)}").content == data
-    with lib.app_state.db.write() as s:
-        s.execute(delete(OciManifest))
+    assert _flags(lib)[ns] is False
+    _forget_oci_rows(lib, ns)
     assert get(lib, f"/v2/{ns}/manifests/answer").content == data
+
+
+def _misses(lib: Library, ns: str) -> list[str]:
+    """The statements of a manifest, a blob and a referrers lookup that find nothing."""
+    unknown = Digest.of_bytes(b"nothing like it")
+    with count_queries(lib) as statements:
+        oci_error(get(lib, f"/v2/{ns}/manifests/{unknown}"), 404, "MANIFEST_UNKNOWN")
+        oci_error(get(lib, f"/v2/{ns}/blobs/{unknown}"), 404, "BLOB_UNKNOWN")
+        assert oci.parse_index(get(lib, f"/v2/{ns}/referrers/{unknown}").content) == []
+    return statements
+
+
+def test_a_miss_scans_nothing_and_migrated_envelopes_are_backfilled_once(
+    lib: Library, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns, _built = publish(lib)
+    other, _ = publish(lib)
+    data = {n: get(lib, f"/v2/{n}/manifests/answer").content for n in (ns, other)}
+    assert not any(_flags(lib).values())
+    # a miss in a namespace whose envelopes all have their rows reads no envelope
+    assert not [q for q in _misses(lib, ns) if "envelopes" in q]
+    # a database from before 0007: back to 0006 (no oci_manifests), then up again
+    url = lib.app_state.settings.effective_database_url
+    lib.app_state.db.engine.dispose()
+    command.downgrade(alembic_config(url), "0006")
+    upgrade(url)
+    empty = lib.namespace()  # no envelope: never flagged
+    assert _flags(lib) == {ns: True, other: True, empty: False}
+    # the first miss in ns writes its rows (the same bytes) and clears its flag, and only its own
+    statements = _misses(lib, ns)
+    assert any("INSERT INTO oci_manifests" in q for q in statements)
+    assert _flags(lib) == {ns: False, other: True, empty: False}
+    assert get(lib, f"/v2/{ns}/manifests/answer").content == data[ns]
+    # from then on a miss costs no scan and writes nothing
+    assert not [
+        q for q in _misses(lib, ns) if "envelopes" in q or q.lstrip().startswith(("INSERT", "UPDATE"))
+    ]
+    # an envelope whose manifests cannot be built is logged once, skipped, and not tried again
+    with lib.app_state.db.write() as s:
+        s.execute(update(EnvelopeRow).where(EnvelopeRow.namespace_id == select(Namespace.id).where(
+            Namespace.name == other).scalar_subquery()).values(envelope=b"{not an envelope"))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="kvreg_registry.services.oci"):
+        _misses(lib, other)
+    assert [r.message for r in caplog.records if "cannot be served over OCI" in r.message]
+    assert _flags(lib)[other] is False
+    oci_error(get(lib, f"/v2/{other}/manifests/answer"), 404, "MANIFEST_UNKNOWN")
+    assert not [q for q in _misses(lib, other) if "envelopes" in q]
 
 
 def test_a_deleted_envelope_is_gone_from_v2(lib: Library) -> None:

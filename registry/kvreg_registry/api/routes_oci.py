@@ -72,15 +72,17 @@ def _headers(**extra: str) -> dict[str, str]:
 
 
 def _lookup(access: NamespaceAccess, find: Callable[[Session, Namespace], T | None]) -> T | None:
-    """``find`` in a read session; if it finds nothing and some envelope of the namespace has no
-    OCI manifests yet (stored before migration 0007), write them once and look again."""
+    """``find`` in a read session. If it finds nothing and the namespace is flagged as holding
+    envelopes stored before migration 0007 (``Namespace.oci_backfill_pending``), their OCI
+    manifests are written, once, and it looks again; any other miss costs nothing more."""
     with access.read() as (s, namespace):
         found = find(s, namespace)
-        if found is not None or not oci_service.needs_backfill(s, namespace):
+        if found is not None or not namespace.oci_backfill_pending:
             return found
     try:
         with access.write() as (s, namespace):
-            oci_service.backfill(s, namespace)
+            if namespace.oci_backfill_pending:  # not done by another request meanwhile
+                oci_service.backfill(s, namespace)
     except DbIntegrityError:  # another request or process wrote them first
         log.info("OCI manifests of %s written concurrently", access.name)
     with access.read() as (s, namespace):

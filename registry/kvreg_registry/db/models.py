@@ -38,6 +38,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -120,6 +121,9 @@ class Namespace(Base):
     public: Mapped[bool] = mapped_column(Boolean, default=False)
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Some envelope stored before migration 0007 may lack its OCI manifests: the first /v2/
+    # lookup here that misses writes them and clears it (services.oci.backfill, migration 0008).
+    oci_backfill_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class User(Base):

@@ -12,7 +12,10 @@ It reads; it never repairs. What it checks:
 - **OCI manifests** (``oci_manifests``, what ``/v2/`` serves): each stored document hashes
   to its stored digest, the artifact manifest's config is its envelope's manifest, and
   the signature manifest's subject is that artifact manifest and its one layer the
-  envelope's bytes (an envelope without a row is not a problem: ``/v2/`` writes it);
+  envelope's bytes (an envelope without a row is not a problem: either it was stored before
+  migration 0007 and its namespace is flagged, ``oci_backfill_pending``, so ``/v2/`` writes
+  it at the next lookup there that misses, or its manifests cannot be built, which was
+  logged when it was stored or backfilled, and it is not served over OCI);
 - **audit log**: sequence numbers ``0 .. size-1`` gap-free, each entry's bytes
   hash to its stored leaf and name its own sequence number, the root recomputed
   from all leaves equals the root of the stored tree (``log_nodes``), and every

@@ -4,9 +4,14 @@ Every stored envelope has one ``oci_manifests`` row (``db.models.OciManifest``):
 artifact manifest and signature manifest, built by ``kvreg.core.oci`` and stored as
 they are served, and the digest of the envelope bytes. :func:`record` writes it with
 the envelope (``services.envelopes.store``); :func:`backfill` writes the rows of the
-envelopes stored before migration 0007, the first time a lookup in their namespace
-misses. The lookups (:func:`for_envelope`, :func:`by_manifest_digest`,
-:func:`by_envelope_digest`) never build anything.
+envelopes stored before migration 0007, the first time a lookup misses in a namespace whose
+``oci_backfill_pending`` flag migration 0008 set, and clears the flag. The lookups
+(:func:`for_envelope`, :func:`by_manifest_digest`, :func:`by_envelope_digest`) never build
+anything, and a miss in a namespace without the flag costs no scan.
+
+An envelope whose manifests cannot be built (too many layers for an OCI manifest, or
+stored bytes that no longer parse) has no row: it is logged once, when it is stored or
+backfilled, and is not served over OCI; nothing tries it again.
 
 Artifact manifests are built without ``immutable=True``: the registry enforces its
 tags itself, so one artifact has one OCI manifest whatever its refs are.
@@ -35,10 +40,6 @@ log = logging.getLogger(__name__)
 
 ARTIFACT = "artifact"
 SIGNATURE = "signature"
-
-# Envelopes (namespace id, manifest digest) whose OCI manifests cannot be built, so that
-# this process does not try again on every lookup that misses. Bounded by what is stored.
-_UNSERVABLE: set[tuple[int, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,6 @@ def record(session: Session, ns: Namespace, manifest: Manifest, envelope: bytes)
         row = build(session, ns, manifest, envelope)
     except KvregError as e:
         log.warning("artifact %s of %s cannot be served over OCI: %s", manifest.digest, ns.name, e)
-        _UNSERVABLE.add((ns.id, str(manifest.digest)))
         return None
     session.add(row)
     session.flush()
@@ -113,23 +113,22 @@ def forget(session: Session, ns: Namespace, manifest_digest: str) -> None:
 
 def _without_rows(session: Session, ns: Namespace) -> list[str]:
     known = select(OciManifest.manifest_digest).where(OciManifest.namespace_id == ns.id)
-    digests = session.scalars(
-        select(EnvelopeRow.manifest_digest).where(
-            EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest.not_in(known)
-        )
-    ).all()
-    return [d for d in digests if (ns.id, d) not in _UNSERVABLE]
-
-
-def needs_backfill(session: Session, ns: Namespace) -> bool:
-    """Whether some envelope of ``ns`` has no row yet (stored before migration 0007)."""
-    return bool(_without_rows(session, ns))
+    return list(
+        session.scalars(
+            select(EnvelopeRow.manifest_digest).where(
+                EnvelopeRow.namespace_id == ns.id, EnvelopeRow.manifest_digest.not_in(known)
+            )
+        ).all()
+    )
 
 
 def backfill(session: Session, ns: Namespace) -> int:
-    """Write the rows of the envelopes of ``ns`` that have none (a write transaction); returns
-    how many. An envelope whose stored bytes no longer parse (every one passed the full check
-    when it was accepted) is skipped with a warning: it cannot be served."""
+    """Write the rows of the envelopes of ``ns`` that have none and clear its
+    ``oci_backfill_pending`` flag (in the caller's write transaction); returns how many rows.
+
+    An envelope whose stored bytes no longer parse (every one passed the full check when it
+    was accepted) or whose manifests cannot be built is skipped with a warning: it cannot be
+    served, and with the flag cleared it is not tried again."""
     done = 0
     for digest in _without_rows(session, ns):
         env = session.get(EnvelopeRow, (ns.id, digest))
@@ -140,14 +139,13 @@ def backfill(session: Session, ns: Namespace) -> int:
             row = build(session, ns, manifest, bytes(env.envelope))
         except KvregError as e:
             log.warning("envelope %s of %s cannot be served over OCI: %s", digest, ns.name, e)
-            _UNSERVABLE.add((ns.id, digest))
             continue
         if row.manifest_digest != digest:
             log.warning("envelope %s of %s does not carry its manifest", digest, ns.name)
-            _UNSERVABLE.add((ns.id, digest))
             continue
         session.add(row)
         done += 1
+    ns.oci_backfill_pending = False
     session.flush()
     if done:
         log.info("wrote the OCI manifests of %d older envelope(s) of %s", done, ns.name)
