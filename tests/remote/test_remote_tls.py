@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 
 from kvreg.core.errors import RemoteError
-from kvreg.remote.session import _tls_verify
+from kvreg.remote.tls import tls_verify
 
 
 def test_default_and_explicit_verify_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    assert _tls_verify(True) is True
-    assert _tls_verify(False) is False
-    assert _tls_verify("/some/bundle.pem") == "/some/bundle.pem"
+    assert tls_verify(True) is True
+    assert tls_verify(False) is False
+    assert tls_verify("/some/bundle.pem") == "/some/bundle.pem"
 
 
 def test_ssl_cert_file_is_honoured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cert, _ = _ca_and_server_cert(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    context = _tls_verify(True)
+    context = tls_verify(True)
     assert isinstance(context, ssl.SSLContext)
     assert any(c.get("subject") == ((("commonName", "kvreg test CA"),),) for c in context.get_ca_certs())
 

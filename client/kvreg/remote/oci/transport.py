@@ -43,7 +43,7 @@ T = TypeVar("T")
 class _OciSession(HttpSession):
     """An ``HttpSession`` whose error answers are OCI error bodies."""
 
-    def error(self, status: int, headers: httpx.Headers, body: bytes, url: str) -> KvregError:
+    def registry_error(self, status: int, headers: httpx.Headers, body: bytes, url: str) -> KvregError:
         return map_oci_error(status, headers, body, remote_name=self.remote_name, url=url)
 
 
