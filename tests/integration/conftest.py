@@ -24,6 +24,17 @@ from .registry_server import BACKENDS, Registry, running_registry
 LIBRARY_BLOCK = "8"  # the flywheel library's block size (``library``)
 
 
+@pytest.fixture(autouse=True)
+def no_user_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The developer's own Docker and Podman credentials never reach these tests (the OCI
+    client reads them for any registry that asks)."""
+    empty = tmp_path / "docker-config"
+    empty.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(empty))
+    for name in ("REGISTRY_AUTH_FILE", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def _registries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Registry]]:
     started: dict[str, Registry] = {}

@@ -8,6 +8,13 @@ as its realm and that certificate as its ``rootcertbundle``. Both stop when the
 test ends. The issuer grants every requested action to the right user and nothing
 to anyone else (an anonymous token has no access, as Docker Hub's does); a POST
 with the right identity token (``grant_type=refresh_token``) gets an ``access_token``.
+``lifetime`` sets how long its tokens last (``exp``) and ``expires_in`` what the answer
+says of it (by default the same).
+
+Distribution accepts a token for a minute past its ``exp`` (its leeway): a test that
+needs tokens refused the moment they expire puts :class:`ExpiryGate` in front, a
+proxy that answers ``401`` with the registry's own challenge to a request whose
+token's ``exp`` has passed, as a registry without leeway does.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from .proxy import LoopbackServer, QuietHandler
+from .proxy import HOP_HEADERS, LoopbackServer, QuietHandler, forward, read_body
 
 SERVICE = "kvreg-token-test"
 ISSUER = "kvreg-test-issuer"
@@ -51,13 +58,19 @@ class TokenRegistry:
     password: str
     identity: str = ""
     requests: list[dict[str, object]] = field(default_factory=list)
+    realm: str = ""
 
 
 class _Issuer:
     def __init__(
-        self, user: str, password: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate
+        self,
+        user: str,
+        password: str,
+        key: ec.EllipticCurvePrivateKey,
+        cert: x509.Certificate,
+        lifetime: int,
     ) -> None:
-        self.user, self.password, self.key = user, password, key
+        self.user, self.password, self.key, self.lifetime = user, password, key, lifetime
         self.x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode("ascii")
         self.requests: list[dict[str, object]] = []
         self.identity = uuid.uuid4().hex  # what `docker login` keeps as an identitytoken
@@ -72,7 +85,7 @@ class _Issuer:
         now = int(time.time())
         header = {"typ": "JWT", "alg": "ES256", "x5c": [self.x5c]}
         claims = {
-            "iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + 300, "nbf": now - 10,
+            "iss": ISSUER, "sub": subject, "aud": SERVICE, "exp": now + self.lifetime, "nbf": now - 10,
             "iat": now, "jti": uuid.uuid4().hex, "access": access,
         }  # fmt: skip
         signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
@@ -87,7 +100,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
+def token_registry(
+    tmp: Path, *, lifetime: int = 300, expires_in: float | None = None
+) -> Iterator[TokenRegistry]:
     """A running registry with token auth and its issuer (see the module docstring)."""
     exe = shutil.which("docker-registry")
     assert exe is not None, "docker-registry is not installed: run `make services` (scripts/services.sh)"
@@ -103,7 +118,8 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
     )  # fmt: skip
     bundle = tmp / "token-root.pem"
     bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    issuer = _Issuer("alice", uuid.uuid4().hex, key, cert)
+    issuer = _Issuer("alice", uuid.uuid4().hex, key, cert, lifetime)
+    stated = lifetime if expires_in is None else expires_in
 
     class Handler(QuietHandler):
         def do_GET(self) -> None:
@@ -122,7 +138,7 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
             with issuer.lock:
                 issuer.requests.append({"user": user, "scopes": scopes, "service": query.get("service")})
             token = issuer.sign(user or "", scopes if user else [])
-            body = json.dumps({"token": token, "expires_in": 300}).encode()
+            body = json.dumps({"token": token, "expires_in": stated}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -145,7 +161,8 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            body = json.dumps({"access_token": issuer.sign(issuer.user, scopes)}).encode()
+            token = issuer.sign(issuer.user, scopes)
+            body = json.dumps({"access_token": token, "expires_in": stated}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -181,7 +198,9 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
             time.sleep(0.1)
         else:
             raise AssertionError("the token registry did not start")
-        reg = TokenRegistry(url, issuer.user, issuer.password, identity=issuer.identity)
+        reg = TokenRegistry(
+            url, issuer.user, issuer.password, identity=issuer.identity, realm=f"{server.url}/token"
+        )
         reg.requests = issuer.requests
         yield reg
     finally:
@@ -193,3 +212,65 @@ def token_registry(tmp: Path) -> Iterator[TokenRegistry]:
             proc.wait(10)
         log.close()
         server.close()
+
+
+def _claims(authorization: str) -> dict[str, object] | None:
+    """The claims of a ``Bearer`` JWT (not verified: the registry behind the gate does that)."""
+    scheme, _, token = authorization.partition(" ")
+    parts = token.split(".")
+    if scheme.lower() != "bearer" or len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    claims = json.loads(base64.urlsafe_b64decode(payload))
+    return claims if isinstance(claims, dict) else None
+
+
+class ExpiryGate:
+    """A proxy in front of a token registry that refuses expired tokens at once (no leeway)
+    and holds each blob download back ``delay`` seconds, so that a pull outlives its tokens.
+
+    ``refused`` counts the ``401`` answers it gave."""
+
+    def __init__(self, reg: TokenRegistry, *, delay: float = 0.0) -> None:
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._http = httpx.Client(timeout=60)
+        gate = self
+        challenge = f'Bearer realm="{reg.realm}",service="{SERVICE}",error="invalid_token"'
+
+        class Handler(QuietHandler):
+            def _pass(self) -> None:
+                body = read_body(self)
+                claims = _claims(self.headers.get("Authorization", ""))
+                exp = claims.get("exp") if claims else None
+                if isinstance(exp, int | float) and time.time() >= exp:
+                    with gate._lock:
+                        gate.refused += 1
+                    payload = b'{"errors": [{"code": "UNAUTHORIZED", "message": "token expired"}]}'
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", challenge)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                if delay and self.command == "GET" and "/blobs/sha256:" in self.path:
+                    time.sleep(delay)
+                r = forward(self, reg.url, body, gate._http)
+                self.send_response(r.status_code)
+                for k, v in r.headers.items():
+                    if k.lower() not in HOP_HEADERS:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(r.content)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(r.content)
+
+            do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = do_DELETE = _pass
+
+        self._server = LoopbackServer(Handler)
+        self.url = self._server.url
+
+    def close(self) -> None:
+        self._server.close()
+        self._http.close()

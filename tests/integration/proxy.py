@@ -22,6 +22,8 @@ _OBJECT = re.compile(r"/api/v1/namespaces/[^/]+/objects/sha256:[0-9a-f]{64}$")
 PACK = re.compile(r"/api/v1/namespaces/[^/]+/uploads/[^/]+/objects$")
 #: A fetch pack (several objects in one answer to a POST).
 FETCH = re.compile(r"/api/v1/namespaces/[^/]+/objects/fetch$")
+#: Where :class:`StallingProxy` serves the storage a registry redirects downloads to.
+STORAGE_PREFIX = "/_storage"
 #: Hop-by-hop and length headers a proxy must not copy from one connection to the other.
 HOP_HEADERS = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "accept-encoding"}
 
@@ -75,6 +77,7 @@ class StallingProxy:
         pattern: re.Pattern[str] = _OBJECT,
         hide_packs: bool = False,
         hide_fetch_packs: bool = False,
+        storage: str | None = None,
     ) -> None:
         """Stall the transfer after ``allow`` ones; before that, answer the first ``fail_first``
         transfers with ``503`` (a transient failure the client must retry). ``pattern``: the
@@ -83,11 +86,14 @@ class StallingProxy:
         packs (``max_pack_objects`` is taken out of its limits), so a push sends one PUT each;
         ``hide_fetch_packs`` likewise without fetch packs (``max_fetch_objects``), so a pull sends
         one GET each. A stalled download (a GET, a fetch pack) gets half its answer; a stalled
-        upload is never forwarded."""
+        upload is never forwarded. ``storage``: the origin (``http://host:port``) a registry
+        redirects blob downloads to; those redirects are rewritten to go through this proxy
+        too (under :data:`STORAGE_PREFIX`), so that a transfer from the storage can be stalled."""
         self.pattern = pattern
         self.hide_packs = hide_packs
         self.hide_fetch_packs = hide_fetch_packs
         self.upstream = upstream
+        self.storage = storage
         self.method = method
         self.allow = allow
         self.fail_first = fail_first
@@ -130,8 +136,15 @@ class StallingProxy:
                     proxy.stalled.set()
                     proxy.release.wait(120)
                     return
-                r = forward(self, proxy.upstream, body, proxy._http)
+                if proxy.storage is not None and self.path.startswith(STORAGE_PREFIX + "/"):
+                    self.path = self.path[len(STORAGE_PREFIX) :]
+                    r = forward(self, proxy.storage, body, proxy._http)
+                else:
+                    r = forward(self, proxy.upstream, body, proxy._http)
                 content = r.content
+                location = r.headers.get("location", "")
+                if proxy.storage is not None and location.startswith(proxy.storage + "/"):
+                    r.headers["location"] = proxy.url + STORAGE_PREFIX + location[len(proxy.storage) :]
                 hidden = [
                     name
                     for name, hide in (

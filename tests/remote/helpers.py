@@ -89,7 +89,12 @@ class FileServer:
                         status, json.dumps({"error": {"code": "UNAVAILABLE", "message": "busy"}}).encode()
                     )
                     return
-                route = server.routes.get((self.command, path)) or server.routes.get(("*", path))
+                bare = path.partition("?")[0]  # a route without a query answers any query
+                route = (
+                    server.routes.get((self.command, path))
+                    or server.routes.get(("*", path))
+                    or server.routes.get((self.command, bare))
+                )
                 if route is None:
                     self._send(
                         404, json.dumps({"error": {"code": "NOT_FOUND", "message": "no route"}}).encode()

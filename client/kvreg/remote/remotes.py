@@ -55,6 +55,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kvreg.core.errors import AlreadyExistsError, ConfigError, NotFoundError, UsageError
 from kvreg.core.loopback import is_loopback
+from kvreg.core.oci import repository_for
 from kvreg.core.remote_names import validate_remote_name
 from kvreg.store import jsonfile
 from kvreg.store.home import Home
@@ -147,6 +148,15 @@ def normalize_url(url: str) -> str:
     return urlunsplit((scheme, netloc, path, "", ""))
 
 
+#: The names Docker Hub goes by (``docker login`` keeps its credentials under
+#: ``https://index.docker.io/v1/``, Podman under ``docker.io``); its API answers at
+#: :data:`DOCKER_HUB_API`.
+DOCKER_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+DOCKER_HUB_API = "registry-1.docker.io"
+#: The server name Docker's credential helpers know Docker Hub by.
+DOCKER_HUB_SERVER = "https://index.docker.io/v1/"
+
+
 @dataclass(frozen=True, slots=True)
 class OciLocation:
     """Where an OCI remote is: ``host`` (with ``:port`` if given), the repository ``prefix``
@@ -157,9 +167,25 @@ class OciLocation:
     insecure: bool = False
 
     @property
+    def is_docker_hub(self) -> bool:
+        """Whether this is Docker Hub, under any of its names (:data:`DOCKER_HUB_NAMES`)."""
+        return self.host in DOCKER_HUB_NAMES
+
+    @property
+    def api_host(self) -> str:
+        """The host requests go to: ``host``, but :data:`DOCKER_HUB_API` for Docker Hub."""
+        return DOCKER_HUB_API if self.is_docker_hub else self.host
+
+    @property
     def base_url(self) -> str:
         """The registry's root (``https://host[:port]``; ``http://`` when insecure)."""
-        return f"{'http' if self.insecure else 'https'}://{self.host}"
+        return f"{'http' if self.insecure else 'https'}://{self.api_host}"
+
+    def repository(self, namespace: str) -> str:
+        """The repository of kvreg namespace ``namespace``: ``<prefix>/<namespace>``; on Docker
+        Hub a name of one component is an official image's, ``library/<name>``."""
+        name = repository_for(self.prefix, namespace)
+        return f"library/{name}" if self.is_docker_hub and "/" not in name else name
 
     @property
     def hostname(self) -> str:

@@ -24,9 +24,8 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from kvreg.core.digest import Digest
-from kvreg.core.errors import DigestMismatchError, RemoteError, UnauthenticatedError
-from kvreg.remote.oci.auth import pull_scope, push_scope
-from kvreg.remote.oci.errors import CHALLENGE_DETAIL
+from kvreg.core.errors import DigestMismatchError, RemoteError
+from kvreg.remote.oci.challenges import pull_scope, push_scope
 from kvreg.remote.oci.transport import OciTransport
 from kvreg.remote.session import Download, ProgressCallback, Reply
 
@@ -145,29 +144,34 @@ class BlobsApi(OciTransport):
         progress_cb: ProgressCallback | None,
         extra: dict[str, str] | None = None,
     ) -> Reply:
-        headers = {"Content-Type": _OCTETS, **(extra or {})}
-        with path.open("rb") as f:
-            for attempt in (0, 1):
-                try:
-                    return self.session.upload(
-                        url,
-                        f,
-                        n,
-                        digest,
-                        expect=expect,
-                        headers=self.headers_for(url, scopes, headers),
-                        origin=offset,
-                        progress_cb=progress_cb,
-                        method=method,
-                        piece=True,
-                    )
-                except UnauthenticatedError as e:  # an expired token: the body is sent again
-                    challenge = e.details.get(CHALLENGE_DETAIL)
-                    if attempt or not self.auth.learn(
-                        challenge if isinstance(challenge, str) else None, scopes
-                    ):
-                        raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        """``n`` bytes of ``path`` from ``offset`` as the body of ``method url``; after a ``401``
+        (a token that expired meanwhile) the body is sent again, its bytes counted once."""
+        sent = [0]
+
+        def counted(k: int) -> None:
+            sent[0] += k
+            if progress_cb is not None:
+                progress_cb(k)
+
+        def send(auth: dict[str, str]) -> Reply:
+            if sent[0] and progress_cb is not None:
+                progress_cb(-sent[0])
+            sent[0] = 0
+            with path.open("rb") as f:
+                return self.session.upload(
+                    url,
+                    f,
+                    n,
+                    digest,
+                    expect=expect,
+                    headers={"Content-Type": _OCTETS, **(extra or {}), **auth},
+                    origin=offset,
+                    progress_cb=counted,
+                    method=method,
+                    piece=True,
+                )
+
+        return self.authorized(scopes, send, url)
 
     @staticmethod
     def _check_digest(reply: Reply, digest: Digest) -> None:

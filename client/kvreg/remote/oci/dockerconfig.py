@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from kvreg.core.errors import ConfigError
-from kvreg.remote.remotes import BasicCredentials
+from kvreg.remote.remotes import DOCKER_HUB_NAMES, DOCKER_HUB_SERVER, BasicCredentials
 
 log = logging.getLogger(__name__)
 
-__all__ = ["auth_files", "find_credentials", "run_helper"]
+__all__ = ["auth_files", "find_credentials", "helper_server", "registry_keys", "run_helper"]
 
 _MAX_FILE = 4 * 1024 * 1024
 _HELPER_TIMEOUT = 30.0
@@ -159,28 +159,45 @@ def run_helper(
     return BasicCredentials(user, secret, source)
 
 
+def registry_keys(host: str) -> tuple[str, ...]:
+    """The names under which the credentials of registry ``host`` may be kept: Docker Hub's
+    several names are one registry (``docker login`` writes ``https://index.docker.io/v1/``,
+    Podman ``docker.io``)."""
+    return DOCKER_HUB_NAMES if host in DOCKER_HUB_NAMES else (host,)
+
+
+def helper_server(host: str) -> str:
+    """The server name a credential helper is asked about for ``host`` (Docker's for Docker Hub)."""
+    return DOCKER_HUB_SERVER if host in DOCKER_HUB_NAMES else host
+
+
 def find_credentials(
     host: str, *, environ: Mapping[str, str] | None = None, home: Path | None = None
 ) -> BasicCredentials | None:
     """The credentials Docker or Podman would use for registry ``host`` (``host[:port]``), or None."""
     host = host.lower()
+    keys = registry_keys(host)
+    server = helper_server(host)
     for path in auth_files(environ, home):
         doc = _read(path)
         if doc is None:
             continue
         helpers = doc.get("credHelpers")
-        if isinstance(helpers, dict) and isinstance(helpers.get(host), str):
-            found = run_helper(helpers[host], host, environ=environ)
-            if found is not None:
-                return found
-        entry = _entry_for(doc.get("auths"), host)
-        if entry is not None:
-            found = _from_entry(entry, str(path))
-            if found is not None:
-                return found
+        if isinstance(helpers, dict):
+            named = [helpers[k] for k in keys if isinstance(helpers.get(k), str)]
+            for helper in named[:1]:
+                found = run_helper(helper, server, environ=environ)
+                if found is not None:
+                    return found
+        for key in keys:
+            entry = _entry_for(doc.get("auths"), key)
+            if entry is not None:
+                found = _from_entry(entry, str(path))
+                if found is not None:
+                    return found
         store = doc.get("credsStore")
         if isinstance(store, str) and store:
-            found = run_helper(store, host, environ=environ)
+            found = run_helper(store, server, environ=environ)
             if found is not None:
                 return found
     return None

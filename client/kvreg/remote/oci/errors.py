@@ -85,7 +85,7 @@ def map_oci_error(
         )
     elif cls is ForbiddenError:
         hint = "your account lacks the permission this needs on that repository (pull, or push)"
-    details: dict[str, Any] = {"http_status": status}
+    details: dict[str, Any] = {"http_status": status, "url": url}
     if code:
         details["oci_code"] = code
     challenge = headers.get("WWW-Authenticate")

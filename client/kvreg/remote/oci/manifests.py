@@ -33,8 +33,8 @@ from kvreg.core.oci import (
     referrers_index,
     referrers_tag,
 )
-from kvreg.remote.oci.auth import pull_scope, push_scope
 from kvreg.remote.oci.blobs import BlobsApi
+from kvreg.remote.oci.challenges import pull_scope, push_scope
 
 log = logging.getLogger(__name__)
 
@@ -99,23 +99,39 @@ class ManifestsApi(BlobsApi):
     def referrers(
         self, repository: str, digest: Digest, artifact_type: str | None = None
     ) -> list[Descriptor]:
-        """The manifests that name manifest ``digest`` as their subject (of ``artifact_type``)."""
-        reply = self.call(
-            "GET",
-            self.url(repository, "referrers", str(digest)),
-            [pull_scope(repository)],
-            expect=(200, 400, 404, 405),
-            headers={"Accept": OCI_INDEX},
-            params=None if artifact_type is None else {"artifactType": artifact_type},
-            limit=MAX_OCI_MANIFEST_BYTES,
-        )
-        if reply.status == 200 and reply.headers.get("Content-Type", "").startswith(OCI_INDEX):
-            found = parse_index(reply.body)
-        else:
-            log.debug(
-                "no referrers API on %s (HTTP %d): reading the referrers tag", self.base_url, reply.status
+        """The manifests that name manifest ``digest`` as their subject (of ``artifact_type``),
+        every page of them (a registry may split the index and link the next page with ``Link``)."""
+        url = self.url(repository, "referrers", str(digest))
+        params = None if artifact_type is None else {"artifactType": artifact_type}
+        scopes = [pull_scope(repository)]
+        found: list[Descriptor] = []
+        for page in range(_MAX_PAGES):
+            reply = self.call(
+                "GET",
+                url,
+                scopes,
+                expect=(200, 400, 404, 405),
+                headers={"Accept": OCI_INDEX},
+                params=params,
+                limit=MAX_OCI_MANIFEST_BYTES,
             )
-            found = self._fallback_referrers(repository, digest)
+            if reply.status != 200 or not reply.headers.get("Content-Type", "").startswith(OCI_INDEX):
+                if page:
+                    raise RemoteError(
+                        f"the registry's next page of referrers {url} answered HTTP {reply.status}"
+                    )
+                log.debug(
+                    "no referrers API on %s (HTTP %d): reading the referrers tag", self.base_url, reply.status
+                )
+                found = self._fallback_referrers(repository, digest)
+                break
+            found += parse_index(reply.body)
+            m = _LINK_NEXT.search(reply.headers.get("Link", ""))
+            if m is None:
+                break
+            url, params = urljoin(self.base_url + "/", m.group(1)), None
+        else:
+            raise RemoteError(f"the registry's referrers of {digest} never end")
         return [d for d in found if artifact_type is None or d.artifact_type == artifact_type]
 
     def _fallback_referrers(self, repository: str, digest: Digest) -> list[Descriptor]:

@@ -29,15 +29,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from kvreg.core.digest import Digest
 from kvreg.core.envelope import MAX_ENVELOPE_BYTES, Envelope, verify_envelope
 from kvreg.core.errors import (
     DigestMismatchError,
     EnvelopeNotFoundError,
+    IntegrityError,
     KvregError,
-    ManifestInvalidError,
+    NotFoundError,
     RefNotFoundError,
     RefRollbackError,
-    SignatureError,
+    RemoteError,
+    UnavailableError,
 )
 from kvreg.core.keys import PublicKey
 from kvreg.core.manifest import Manifest
@@ -78,42 +81,19 @@ def signed_artifact(
     known_keys: Iterable[PublicKey] = (),
 ) -> tuple[bytes, Envelope, Manifest]:
     """The envelope (bytes and parsed) whose signature over ``art``'s kvreg manifest verifies
-    against ``policy`` for ``namespace``, and the manifest it signs. Raises the last refusal,
-    or ``EnvelopeNotFoundError`` when no signature is attached."""
-    found = client.referrers(repository, art.digest, SIGNATURE_TYPE)
+    against ``policy`` for ``namespace``, and the manifest it signs. A signature that is
+    missing, corrupt, about something else or not trusted is passed over for the next one;
+    when none verifies, the last refusal is raised, or ``EnvelopeNotFoundError`` when no
+    signature is attached."""
     refusal: KvregError | None = None
-    for descriptor in found:
-        raw = client.get_manifest(repository, str(descriptor.digest))
-        if raw is None:
-            continue
+    for descriptor in client.referrers(repository, art.digest, SIGNATURE_TYPE):
         try:
-            sig = parse_signature_manifest(raw)
-        except ManifestInvalidError as e:
+            return _verified(client, repository, art, descriptor.digest, policy, namespace, known_keys)
+        except UnavailableError:
+            raise  # the registry, not this signature: the next would fail alike
+        except (NotFoundError, IntegrityError, RemoteError) as e:
+            log.debug("signature %s of %s passed over: %s", descriptor.digest, art.digest, e.message)
             refusal = e
-            continue
-        if sig.subject.digest != art.digest:
-            refusal = DigestMismatchError(
-                f"signature manifest {sig.digest} is about {sig.subject.digest}, not {art.digest}",
-                expected=str(art.digest),
-                actual=str(sig.subject.digest),
-            )
-            continue
-        envelope_bytes = client.get_blob_bytes(repository, sig.envelope.digest, limit=MAX_ENVELOPE_BYTES)
-        envelope = Envelope.from_json_bytes(envelope_bytes)
-        if envelope.manifest_digest != art.kvreg_manifest:
-            refusal = DigestMismatchError(
-                f"the envelope attached to {art.digest} signs manifest {envelope.manifest_digest}, "
-                f"not the artifact's config {art.kvreg_manifest}",
-                expected=str(art.kvreg_manifest),
-                actual=str(envelope.manifest_digest),
-            )
-            continue
-        try:
-            manifest = verify_envelope(envelope, policy, namespace, known_keys=known_keys)
-        except SignatureError as e:
-            refusal = e
-            continue
-        return envelope_bytes, envelope, manifest
     if refusal is not None:
         raise refusal
     raise EnvelopeNotFoundError(
@@ -121,6 +101,39 @@ def signed_artifact(
         hint="the artifact was not pushed by kvreg, or its signature was removed; nothing was written",
         manifest=str(art.digest),
     )
+
+
+def _verified(
+    client: OciClient,
+    repository: str,
+    art: ArtifactManifest,
+    signature: Digest,
+    policy: TrustPolicy,
+    namespace: str,
+    known_keys: Iterable[PublicKey],
+) -> tuple[bytes, Envelope, Manifest]:
+    """The envelope of signature manifest ``signature``, verified for ``art``; raises the refusal."""
+    raw = client.get_manifest(repository, str(signature))
+    if raw is None:
+        raise NotFoundError(f"signature manifest {signature} is listed but not in {repository}")
+    sig = parse_signature_manifest(raw)
+    if sig.subject.digest != art.digest:
+        raise DigestMismatchError(
+            f"signature manifest {sig.digest} is about {sig.subject.digest}, not {art.digest}",
+            expected=str(art.digest),
+            actual=str(sig.subject.digest),
+        )
+    envelope_bytes = client.get_blob_bytes(repository, sig.envelope.digest, limit=MAX_ENVELOPE_BYTES)
+    envelope = Envelope.from_json_bytes(envelope_bytes)
+    if envelope.manifest_digest != art.kvreg_manifest:
+        raise DigestMismatchError(
+            f"the envelope attached to {art.digest} signs manifest {envelope.manifest_digest}, "
+            f"not the artifact's config {art.kvreg_manifest}",
+            expected=str(art.kvreg_manifest),
+            actual=str(envelope.manifest_digest),
+        )
+    manifest = verify_envelope(envelope, policy, namespace, known_keys=known_keys)
+    return envelope_bytes, envelope, manifest
 
 
 def pull(

@@ -24,7 +24,6 @@ from urllib.parse import urljoin
 import httpx
 
 from kvreg.core.errors import KvregError, UnauthenticatedError
-from kvreg.core.oci import repository_for
 from kvreg.remote.bulk import origin_of
 from kvreg.remote.oci.auth import Authenticator
 from kvreg.remote.oci.errors import CHALLENGE_DETAIL, map_oci_error
@@ -37,6 +36,8 @@ __all__ = ["DEFAULT_CHUNK_THRESHOLD", "OciTransport"]
 
 #: Blobs larger than this are uploaded in chunks (PATCH) of this size.
 DEFAULT_CHUNK_THRESHOLD = 64 * 1024 * 1024
+#: Times one request is sent under one scope when the registry keeps answering ``401``.
+AUTH_ATTEMPTS = 3
 T = TypeVar("T")
 
 
@@ -113,7 +114,7 @@ class OciTransport:
 
     def repository(self, namespace: str) -> str:
         """The repository that holds kvreg namespace ``namespace`` on this registry."""
-        return repository_for(self.location.prefix, namespace)
+        return self.location.repository(namespace)
 
     def url(self, repository: str, *parts: str) -> str:
         return f"{self.base_url}/v2/{repository}/" + "/".join(parts)
@@ -134,7 +135,7 @@ class OciTransport:
             return
         reply = self.session.call("GET", f"{self.base_url}/v2/", expect=(200, 401), limit=64 * 1024)
         if reply.status == 401:
-            self.auth.learn(reply.headers.get("WWW-Authenticate"))
+            self.auth.learn(reply.headers.get("WWW-Authenticate"), reply.url or self.base_url)
         self._pinged = True
 
     def check_credentials(self) -> str | None:
@@ -158,17 +159,26 @@ class OciTransport:
         return headers
 
     def authorized(self, scopes: Sequence[str], send: Callable[[dict[str, str]], T], url: str) -> T:
-        """``send(headers)`` with this scope's ``Authorization``; once more after a ``401`` that a
-        new challenge or a fresh token may satisfy."""
+        """``send(headers)`` with this scope's ``Authorization``; sent again after a ``401`` from
+        the registry that a new challenge or a fresh token may satisfy (a token that expired
+        while workers used it, replaced once for all of them), at most :data:`AUTH_ATTEMPTS`
+        times in all."""
         self.ping()
-        for attempt in (0, 1):
+        for attempt in range(AUTH_ATTEMPTS):
+            headers = self.headers_for(url, scopes)
             try:
-                return send(self.headers_for(url, scopes))
+                return send(headers)
             except UnauthenticatedError as e:
                 challenge = e.details.get(CHALLENGE_DETAIL)
-                if attempt or not self.auth.learn(challenge if isinstance(challenge, str) else None, scopes):
+                answered = e.details.get("url")
+                if attempt + 1 >= AUTH_ATTEMPTS or not self.auth.refused(
+                    scopes,
+                    headers.get("Authorization"),
+                    challenge if isinstance(challenge, str) else None,
+                    answered if isinstance(answered, str) else url,
+                ):
                     raise
-                log.debug("401 from %s; retrying with new credentials", url)
+                log.debug("401 from %s; sending it again with new credentials", url)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def call(
