@@ -25,13 +25,13 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, event, insert, select, update
+from sqlalchemy import column, delete, event, insert, select, table, update
 
 from core.manifest_helpers import signed_artifact
 from kvreg.core.digest import Digest
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, upgrade
-from kvreg_registry.db.models import Envelope, Namespace, NamespaceObject, StoredObject
+from kvreg_registry.db.models import Envelope, NamespaceObject, StoredObject, UTCDateTime
 from kvreg_registry.services import search, search_index, search_text
 from web.library import CONFIG_FP, MODEL_FP, TOKENIZER_FP, Library, kv_chunks
 
@@ -463,9 +463,11 @@ def test_the_migration_indexes_rows_that_exist_before_it(database_url: str) -> N
     try:
         now = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
         with db.write() as s:
-            ns = Namespace(name="before", public=True, description="", created_at=now)
-            s.add(ns)
-            s.flush()
+            # the namespaces table as it was at 0003 (the model has columns of later revisions)
+            namespaces = table("namespaces", column("id"), column("name"), column("public"),
+                               column("description"), column("created_at", UTCDateTime()))  # fmt: skip
+            s.execute(insert(namespaces).values(name="before", public=True, description="", created_at=now))
+            ns_id = s.scalar(select(namespaces.c.id).where(namespaces.c.name == "before"))
             template = {
                 "envelope": b"{}",
                 "signer_keyid": str(Digest.of_bytes(b"k")),
@@ -485,7 +487,7 @@ def test_the_migration_indexes_rows_that_exist_before_it(database_url: str) -> N
                 "created_by": None,
                 "log_seq": None,
             }
-            digests = _insert_rows(s, ns.id, template, ["ancient scroll", "modern paper"], now)
+            digests = _insert_rows(s, ns_id, template, ["ancient scroll", "modern paper"], now)
         upgrade(database_url)
         with db.read() as s:
             rows, total = search.search(s, ANONYMOUS, search.Query(text="scro"))
