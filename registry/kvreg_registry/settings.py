@@ -42,12 +42,18 @@ variable                       meaning                                         d
                                (in this process's memory)
 ``KVREG_MIGRATE_ON_START``     run ``alembic upgrade head`` when a process     ``1``
                                starts (``kvreg-admin migrate`` always does)
+``KVREG_PUBLIC_URL``           the registry's public base URL                  unset: the request's
+                               (``https://registry.example.org``); the OCI     on loopback, else
+                               token realm is ``<it>/v2/token``                ``https://<Host>``
+``KVREG_OCI_TOKEN_SECONDS``    lifetime of a scoped ``/v2/`` token (60-3600;   ``300``
+                               never past its API token's expiry)
 =============================  ==============================================  =====================
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,6 +64,9 @@ from kvreg.core.errors import ConfigError
 ENV_PREFIX = "KVREG_"
 GIB = 1 << 30
 MIB = 1 << 20
+#: The bounds of ``KVREG_OCI_TOKEN_SECONDS`` (the Docker token specification: at least 60 s).
+MIN_OCI_TOKEN_SECONDS = 60
+MAX_OCI_TOKEN_SECONDS = 3600
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
@@ -71,6 +80,35 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -
     if value < minimum:
         raise ConfigError(f"{ENV_PREFIX}{name} must be at least {minimum}, not {value}")
     return value
+
+
+def _bounded(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
+    value = _int(env, name, default, minimum=minimum)
+    if value > maximum:
+        raise ConfigError(f"{ENV_PREFIX}{name} must be at most {maximum}, not {value}")
+    return value
+
+
+def public_base_url(url: str) -> str:
+    """``url`` without a trailing ``/`` if it is a usable public base URL: ``http`` or ``https``,
+    a host (and port), an optional path, and no query, fragment or user info; else ``ConfigError``."""
+    what = f"{ENV_PREFIX}PUBLIC_URL {url!r}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"{what} is not a URL: {e}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{what} must start with https:// (or http://)")
+    if not parts.hostname:
+        raise ConfigError(f"{what} names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"{what} must not hold a user name or password")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ConfigError(f"{what} must not have a query or fragment")
+    if port == 0 or any(c.isspace() or c in '"\\<>' for c in url):
+        raise ConfigError(f"{what} is not a usable URL")
+    return url.rstrip("/")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -132,6 +170,19 @@ class Settings:
     auth_failure_limit: int = 20
     auth_failure_window_seconds: int = 60
     auth_failure_keys: int = 10_000
+    # The registry's public base URL (KVREG_PUBLIC_URL): the OCI token realm is built from it.
+    public_url: str | None = None
+    # How long a scoped /v2/ token lives (KVREG_OCI_TOKEN_SECONDS), at most its API token's life.
+    oci_token_seconds: int = 300
+
+    def __post_init__(self) -> None:
+        if self.public_url is not None:
+            object.__setattr__(self, "public_url", public_base_url(self.public_url))
+        if not MIN_OCI_TOKEN_SECONDS <= self.oci_token_seconds <= MAX_OCI_TOKEN_SECONDS:
+            raise ConfigError(
+                f"{ENV_PREFIX}OCI_TOKEN_SECONDS must be from {MIN_OCI_TOKEN_SECONDS} to "
+                f"{MAX_OCI_TOKEN_SECONDS}, not {self.oci_token_seconds}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -164,6 +215,10 @@ class Settings:
             auth_failure_limit=_int(e, "AUTH_FAILURE_LIMIT", 20, minimum=0),
             auth_failure_window_seconds=_int(e, "AUTH_FAILURE_WINDOW_SECONDS", 60),
             auth_failure_keys=_int(e, "AUTH_FAILURE_KEYS", 10_000),
+            public_url=e.get(ENV_PREFIX + "PUBLIC_URL") or None,
+            oci_token_seconds=_bounded(
+                e, "OCI_TOKEN_SECONDS", 300, minimum=MIN_OCI_TOKEN_SECONDS, maximum=MAX_OCI_TOKEN_SECONDS
+            ),
         )
         return replace(settings, **overrides) if overrides else settings
 

@@ -5,8 +5,9 @@ distribution specification's codes (NAME_UNKNOWN, MANIFEST_UNKNOWN, BLOB_UNKNOWN
 NAME_INVALID, DIGEST_INVALID 400; UNAUTHORIZED 401; DENIED 403; UNSUPPORTED 405 or 400;
 TOOMANYREQUESTS 429), plus two that CNCF distribution uses beyond the list:
 RANGE_INVALID (416) and UNAVAILABLE (503); an unexpected error is UNKNOWN (500). A 401
-carries the Docker token-flow challenge (:func:`challenge`). ``api.errors`` sends every
-error of a ``/v2/`` path here; the rest of the API keeps kvreg's own format.
+carries the Docker token-flow challenge (:func:`challenge`), whose realm, the token
+endpoint's absolute URL, comes from :func:`token_realm`. ``api.errors`` sends every error
+of a ``/v2/`` path here; the rest of the API keeps kvreg's own format.
 
 This module decides no access and touches no database.
 """
@@ -14,6 +15,7 @@ This module decides no access and touches no database.
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any
 
 from fastapi import Request
@@ -22,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kvreg.core import errors as e
 from kvreg.core.errors import ERROR_CODE_HEADER
+from kvreg.core.loopback import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +57,13 @@ def is_oci_path(path: str) -> bool:
     return path == V2_PREFIX or path.startswith(V2_PREFIX + "/")
 
 
-def _repository(request: Request) -> str | None:
-    ns = request.scope.get("path_params", {}).get("ns")
+def request_repository(request: Request) -> str | None:
+    """The repository a ``/v2/`` request is about: ``<ns>`` or the per-ref ``<ns>/<name>``
+    (``None`` for ``/v2/`` itself and the token endpoint)."""
+    params = request.scope.get("path_params", {})
+    ns, name = params.get("ns"), params.get("name")
     if isinstance(ns, str):
-        return ns
+        return f"{ns}/{name}" if isinstance(name, str) else ns
     parts = request.url.path.split("/")
     # /v2/<name>/(manifests|blobs|tags|referrers)/...: name is what comes before the verb
     for i in range(len(parts) - 1, 1, -1):
@@ -66,13 +72,47 @@ def _repository(request: Request) -> str | None:
     return None
 
 
-def challenge(request: Request) -> str:
-    """``WWW-Authenticate`` of a 401: where to get a token (the Docker token flow), and for what."""
-    realm = str(request.base_url).rstrip("/") + TOKEN_PATH
-    value = f'Bearer realm="{realm}",service="{SERVICE}"'
-    repository = _repository(request)
+_warned_realm = False
+
+
+def token_realm(request: Request) -> str:
+    """The absolute URL of the token endpoint that every challenge names.
+
+    ``KVREG_PUBLIC_URL`` when it is set. Otherwise the request's own base URL (its ``Host``,
+    and the scheme a trusted proxy forwarded) when that host is loopback; for any other host
+    ``https://<Host>``, so that clients never send credentials in clear off this machine (a
+    warning, once per process, asks the operator to set ``KVREG_PUBLIC_URL``)."""
+    global _warned_realm
+    public_url: str | None = request.app.state.registry.settings.public_url
+    if public_url is not None:
+        return public_url + TOKEN_PATH
+    base = urllib.parse.urlsplit(str(request.base_url))
+    if base.scheme != "https" and not is_loopback(base.hostname or ""):
+        if not _warned_realm:
+            _warned_realm = True
+            log.warning(
+                "OCI clients reach this registry as %s, which is not loopback: their token realm is "
+                "https://%s%s; set KVREG_PUBLIC_URL to the registry's public URL",
+                base.netloc,
+                base.netloc,
+                TOKEN_PATH,
+            )
+        base = base._replace(scheme="https")
+    return urllib.parse.urlunsplit(base).rstrip("/") + TOKEN_PATH
+
+
+def challenge(request: Request, *, error: str | None = None, repository: str | None = None) -> str:
+    """``WWW-Authenticate`` of a 401: where to get a token (the Docker token flow), and for what.
+
+    ``repository`` (default: the request path's) is named in the ``scope`` to ask for;
+    ``error`` is RFC 6750's: ``invalid_token`` (expired, revoked or forged: ask for a new
+    one) or ``insufficient_scope`` (the token does not cover this repository)."""
+    value = f'Bearer realm="{token_realm(request)}",service="{SERVICE}"'
+    repository = repository or request_repository(request)
     if repository:
         value += f',scope="repository:{repository}:pull"'
+    if error is not None:
+        value += f',error="{error}"'
     return value
 
 

@@ -5,7 +5,7 @@ served (``kvreg.core.oci``, docs/formats.md § OCI): the artifact manifest of ea
 envelope (config = the signed kvreg manifest, layers = its objects), the signature
 manifest that attaches the DSSE envelope to it (a referrer), their blobs, and tag lists.
 
-- ``GET|HEAD /v2/``: the API version check;
+- ``GET|HEAD /v2/``: the API version check (401 with the challenge to an anonymous caller);
 - ``GET|HEAD /v2/<ns>/manifests/<tag|digest>``: by ref name or by the digest of an
   artifact or signature manifest (``services.oci`` keeps both, byte for byte);
 - ``GET|HEAD /v2/<ns>/blobs/<digest>``: an object the namespace holds (exactly as the
@@ -13,7 +13,8 @@ manifest that attaches the DSSE envelope to it (a referrer), their blobs, and ta
   the empty config ``{}``, or one of the two manifests;
 - ``GET /v2/<ns>/referrers/<digest>``: the OCI 1.1 referrers API (``artifactType`` filter);
 - ``GET /v2/<ns>/tags/list``: with ``n``/``last`` pagination and ``Link``;
-- ``GET /v2/token``: the Docker token flow (``api.oci_auth``).
+- ``GET /v2/token``: the Docker token flow: a short-lived token scoped to the repositories
+  asked for (``api.oci_auth``, ``api.oci_tokens``).
 
 Each ref is also a repository of its own, ``<ns>/<name>``, whose one tag is
 :data:`ALIAS_TAG` (``latest``): ``oras pull HOST/ns/name:latest`` and ``oras pull
@@ -21,7 +22,8 @@ HOST/ns:name`` fetch the same manifest. Its blobs, digests and referrers are the
 namespace's.
 
 Access is the API's (``auth``, ``accounts.readable_namespace``): a public namespace is
-read anonymously, a private one needs a token with the read role. Reads are not
+read anonymously, a private one needs a token with the read role; with a scoped token,
+only the repositories it covers (``api.oci_auth``). Reads are not
 audit-logged, as the API's object and envelope GETs are not. Every push method is
 ``405 UNSUPPORTED``: pushes go through kvreg's own API, which checks signatures and
 objects. Errors take the OCI format (``api.oci_errors``).
@@ -43,7 +45,7 @@ from kvreg.core import oci
 from kvreg.core.digest import Digest
 from kvreg.core.errors import InvalidNameError, ObjectNotFoundError, RefNotFoundError
 from kvreg_registry.api.deps import NamespaceAccess, etag, state
-from kvreg_registry.api.oci_auth import issue_token, principal
+from kvreg_registry.api.oci_auth import issue_token, principal, sent_credentials
 from kvreg_registry.api.oci_errors import API_VERSION, API_VERSION_HEADER, PUSH_HINT, OciError
 from kvreg_registry.api.routes_objects import object_response, parse_range
 from kvreg_registry.auth import Principal
@@ -98,8 +100,11 @@ def _digest(value: str) -> Digest:
 
 @router.api_route("", methods=["GET", "HEAD"])
 @router.api_route("/", methods=["GET", "HEAD"])
-def version_check(who: Principal = Depends(principal)) -> Response:
-    """200 to anyone (public namespaces need no token); a bad credential is still a 401."""
+def version_check(request: Request, who: Principal = Depends(principal)) -> Response:
+    """200 with valid credentials; 401 with the token flow's challenge without any (as Docker Hub
+    and GHCR answer: that is how clients learn where to get a token), or with bad ones."""
+    if not sent_credentials(request):
+        raise OciError(401, "UNAUTHORIZED", "authentication required: get a token from the token endpoint")
     return JSONResponse({}, headers=_headers())
 
 
