@@ -6,6 +6,7 @@ registries of ``make services`` are shared by every test and every run.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import uuid
 from pathlib import Path
@@ -85,9 +86,15 @@ def pushed(
 def upload_object(url: str, repo: str, home: Path, digest: str) -> None:
     """Upload object ``digest`` of the store ``home`` as a blob of ``repo`` (plain HTTP, no kvreg)."""
     hexdigest = digest.removeprefix("sha256:")
-    data = (home / "objects" / hexdigest[:2] / hexdigest[2:]).read_bytes()
+    upload_blob(url, repo, (home / "objects" / hexdigest[:2] / hexdigest[2:]).read_bytes())
+
+
+def upload_blob(url: str, repo: str, data: bytes) -> str:
+    """Upload ``data`` as a blob of ``repo`` (plain HTTP, no kvreg); its digest."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
     start = httpx.post(f"{url}/v2/{repo}/blobs/uploads/")
     assert start.status_code == 202, start.text
     location = httpx.URL(url).join(start.headers["Location"])
     done = httpx.put(location.copy_merge_params({"digest": digest}), content=data)
     assert done.status_code == 201, done.text
+    return digest

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cli.helpers import BLOCK, SUFFIX, TEXT, kvreg, kvreg_env
@@ -37,6 +38,7 @@ from .oci_helpers import (
     pushed,
     put_manifest,
     refused_pull,
+    upload_blob,
     upload_object,
 )
 from .oci_targets import KINDS, OciTarget, oci_target
@@ -165,6 +167,35 @@ def test_swapped_layer_is_refused(oci: OciTarget, depositor: dict[str, Any], tmp
     dst = oci_reader(tmp_path, "reader", oci.url, prefix, "ns", depositor["public_key"])
     run = refused_pull(dst, "hub", "ns/p07")
     assert "DIGEST_MISMATCH" in run.out + run.err and "layers" in run.out + run.err
+
+
+def test_a_missing_or_corrupt_signature_is_passed_over_for_a_good_one(
+    oci: OciTarget, depositor: dict[str, Any], tmp_path: Path
+) -> None:
+    """The referrers list a signature manifest that is not there and one whose envelope blob is
+    not an envelope before the genuine one: the pull tries each in turn and lands verified."""
+    prefix, push = pushed(depositor, tmp_path, oci.url)
+    repo = f"{prefix}/ns"
+    fallback = f"sha256-{push['oci']['manifest'].removeprefix('sha256:')}"
+    index = json.loads(get_manifest(oci.url, repo, fallback)[0])
+    genuine = index["manifests"][0]
+    sig = json.loads(get_manifest(oci.url, repo, genuine["digest"])[0])
+    garbage = b'{"payload": "not an envelope"}'
+    envelope = {**sig["layers"][0], "digest": upload_blob(oci.url, repo, garbage), "size": len(garbage)}
+    entries = []
+    for layers in ([envelope], [envelope, sig["layers"][0]]):  # the corrupt one, then one to delete
+        raw = json.dumps({**sig, "layers": layers}).encode()
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        put_manifest(oci.url, repo, digest, raw, sig["mediaType"])
+        entries.append({**genuine, "digest": digest, "size": len(raw)})
+    index["manifests"] = [entries[1], entries[0], genuine]
+    media = "application/vnd.oci.image.index.v1+json"
+    put_manifest(oci.url, repo, fallback, json.dumps(index).encode(), media)
+    gone = httpx.delete(f"{oci.url}/v2/{repo}/manifests/{entries[1]['digest']}")
+    assert gone.status_code == 202, gone.text
+    dst = oci_reader(tmp_path, "reader", oci.url, prefix, "ns", depositor["public_key"])
+    assert kvreg(dst, "--json", "pull", "hub", "ns/p07").json["digest"] == push["digest"]
+    kvreg(dst, "verify", "ns/p07")
 
 
 def test_untrusted_signer_is_refused_before_any_chunk(

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -320,3 +321,28 @@ def test_docker_hub_credential_helpers_are_asked_for_its_v1_server(tmp_path: Pat
     found = find_credentials("docker.io", environ=env)
     assert found is not None and found.username == "me"
     assert log.read_text().split() == ["https://index.docker.io/v1/"]
+
+
+# --- referrers over several pages ---------------------------------------------------------------------
+
+
+def test_referrers_are_read_page_after_page() -> None:
+    from kvreg.core.oci import OCI_INDEX, OCI_MANIFEST, SIGNATURE_TYPE, Descriptor, referrers_index
+
+    subject = Digest.of_bytes(b"subject")
+    first, second = (Descriptor(OCI_MANIFEST, Digest.of_bytes(x), 10, SIGNATURE_TYPE) for x in (b"a", b"b"))
+    path = f"/v2/kv/ns/referrers/{subject}"
+    with serve() as registry:
+        registry.route("/v2/", b"{}")
+        registry.route(
+            path + "?" + urlencode({"artifactType": SIGNATURE_TYPE}),
+            referrers_index([first]),
+            headers={"Content-Type": OCI_INDEX, "Link": f'<{path}?last=a&artifactType=x>; rel="next"'},
+        )
+        registry.route(
+            path + "?last=a&artifactType=x", referrers_index([second]), headers={"Content-Type": OCI_INDEX}
+        )
+        location = parse_oci_url(f"oci://{registry.url.removeprefix('http://')}/kv", insecure=True)
+        with OciClient(location) as client:
+            found = client.referrers("kv/ns", subject, SIGNATURE_TYPE)
+    assert [d.digest for d in found] == [first.digest, second.digest]
