@@ -26,7 +26,8 @@ variable                       meaning                                         d
 ``KVREG_GC_GRACE_SECONDS``     default GC grace period                         3600
 ``KVREG_LOG_KEY_FILE``         the audit log's Ed25519 signing key (PEM);      ``<data>/log.key``
                                made on first start; every process of one
-                               registry must read the same file
+                               registry must read the same file (the OCI
+                               scoped tokens' key is derived from it)
 ``KVREG_LOG_ORIGIN``           the log's name in its checkpoints               ``kvreg-log-<key id>``
 ``KVREG_LOG_PUBLIC``           anyone may read log entries (else: any token)   ``0``
 ``KVREG_WEB_SESSION_HOURS``    how long a browser sign-in lasts (never longer   ``12``
