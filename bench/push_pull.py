@@ -42,14 +42,11 @@ One run, side by side (so that the ratios mean something on a small, shared host
    reported, and the pull's time in ``Staging.install`` (wrapped with a timer),
    which moves the verified staged objects into the store.
 
-   With ``--remote oci``, each round also pushes the same deposit to a fresh
-   repository of the open OCI registry that ``scripts/services.sh`` runs (Debian's
-   ``docker-registry``, CNCF distribution 2.8, filesystem storage; every blob and the
-   kvreg manifest sent, then the artifact and signature manifests, the referrers
-   tag and the tag) and pulls it into a fresh store (signature, layers against the
-   manifest, every blob hashed while it streams), timed the same way (the server
-   CPU is the docker-registry process's). Rows "kvreg push -> OCI" and "kvreg
-   pull <- OCI".
+   With ``--remote oci``, each round also pushes the same deposit to, and pulls it
+   from, the two open OCI registries that ``scripts/services.sh`` runs (CNCF
+   distribution on a folder, and on S3 redirecting every blob download to a presigned
+   URL of the store), timed the same way (``bench/oci_transfers.py``). Rows "kvreg
+   push -> OCI (folder)", "kvreg pull <- OCI (folder)" and the same "on S3 (307s)".
 
    Two diagnostic rows (no goal) split the registry's share from the client's:
    ``curl --parallel`` PUTs every object into another fresh namespace of the
@@ -107,6 +104,7 @@ from typing import Any
 
 from kvreg.fileio.directio import o_direct_supported
 from kvreg.fileio.keyfiles import save_trust_policy
+from oci_transfers import OCI_LABELS, OCI_ROWS, PUSH_PULL, oci_round  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "out"
@@ -720,71 +718,6 @@ def curl_registry(
     return sample
 
 
-class OciServer:
-    """The open OCI registry of the test services (``scripts/services.sh``: Debian's
-    docker-registry, CNCF distribution 2.8, on loopback): its URL, and its process for the
-    CPU and memory figures (the ``Registry`` methods ``timed_call`` reads)."""
-
-    def __init__(self) -> None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from services import ENV_FILE, oci_open_registry
-
-        self.url = oci_open_registry()["url"]
-        pid_file = ENV_FILE.parent / "oci" / "open" / "registry.pid"
-        try:
-            self.pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError):
-            self.pid = -1
-        self.host = self.url.removeprefix("http://")
-
-    def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.pid)
-
-    def reset_peak_rss(self) -> None:
-        reset_peak_rss(self.pid)
-
-    def peak_rss_mib(self) -> float:
-        return peak_rss_mib(self.pid)
-
-
-def oci_round(
-    args: argparse.Namespace, work: Path, depositor: Any, manifest: Any, i: int
-) -> tuple[dict[str, Any], dict[str, float], dict[str, Any], dict[str, float], bool, bool]:
-    """Push the deposit to a fresh repository of the open OCI registry, then pull it into a fresh
-    store: the reports, the samples and whether each moved (and verified) everything."""
-    from kvreg.core.names import RefName
-    from kvreg.remote.oci.client import OciClient
-    from kvreg.remote.oci.pulling import pull as oci_pull
-    from kvreg.remote.oci.pushing import push as oci_push
-    from kvreg.remote.remotes import parse_oci_url
-
-    server = OciServer()
-    location = parse_oci_url(f"oci://{server.host}/bench{os.getpid()}x{int(time.time())}x{i}", insecure=True)
-    ref = RefName.parse("bench/big")
-    objects = manifest.object_digests()
-    total = sum(depositor.home.objects.size(d) for d in objects)
-    with OciClient(location) as client:
-        pushed, push_sample = timed_call(
-            server,
-            lambda: oci_push(depositor.home, client, ref, jobs=args.jobs),  # type: ignore[arg-type]
-        )
-    push_ok = pushed.objects_sent == len(objects) + 1 and pushed.bytes_sent == total + len(manifest.raw_bytes)
-    home = trusting_home(work / f"oci-pull-{i}", "bench", depositor.key.public_key)
-    with OciClient(location) as client:
-        pulled, pull_sample = timed_call(
-            server,
-            lambda: oci_pull(home, client, ref, jobs=args.jobs),  # type: ignore[arg-type]
-        )
-    pull_ok = (
-        pulled.digest == str(manifest.digest)
-        and pulled.objects_downloaded == len(objects)
-        and pulled.bytes_downloaded == total
-        and check_store(home, manifest)
-    )
-    shutil.rmtree(home.root)
-    return pushed.to_dict(), push_sample, pulled.to_dict(), pull_sample, push_ok, pull_ok
-
-
 def warm_up(
     args: argparse.Namespace, work: Path, registry: Registry, depositor: Depositor, raw: RawServer | None
 ) -> None:
@@ -913,8 +846,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
         "pull": [],
         "curl_put_to_registry": [],
         "curl_get_from_registry": [],
-        "oci_push": [],
-        "oci_pull": [],
+        **{f"{row}_{way}": [] for row in OCI_ROWS for way in ("push", "pull")},
     }
     pushes: list[dict[str, Any]] = []
     pulls: list[dict[str, Any]] = []
@@ -974,19 +906,14 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
                 )
                 shutil.rmtree(home.root)
 
-                if args.remote == "oci":  # the same deposit through CNCF distribution
-                    log(f"[transfer] round {i + 1}/{args.repeat}: OCI push, OCI pull ...")
-                    o_push, o_push_sample, o_pull, o_pull_sample, push_ok, pull_ok = oci_round(
-                        args, work, depositor, manifest, i
-                    )
-                    samples["oci_push"].append(o_push_sample)
-                    samples["oci_pull"].append(o_pull_sample)
-                    pushes.append(o_push)
-                    pulls.append(o_pull)
-                    checks.setdefault("oci_push_sent_everything", True)
-                    checks["oci_push_sent_everything"] &= push_ok
-                    checks.setdefault("oci_pull_complete_and_verified", True)
-                    checks["oci_pull_complete_and_verified"] &= pull_ok
+                for row, kind in OCI_ROWS.items() if args.remote == "oci" else {}.items():
+                    log(f"[transfer] round {i + 1}/{args.repeat}: push to, pull from OCI ({kind}) ...")
+                    rounds = oci_round(args.jobs, work, depositor, manifest, i, kind, timed_call)
+                    for way, (report, sample, ok) in rounds.items():
+                        samples[f"{row}_{way}"].append(sample)
+                        (pushes if way == "push" else pulls).append(report)
+                        done = "sent_everything" if way == "push" else "complete_and_verified"
+                        checks[f"{row}_{way}_{done}"] = checks.get(f"{row}_{way}_{done}", True) and ok
 
                 if curl is not None:  # diagnostics: the registry's side alone, with curl as the client
                     base = f"{registry.url}/api/v1/namespaces"
@@ -1059,8 +986,7 @@ def measure_transfers(args: argparse.Namespace, work: Path, checks: dict[str, bo
             "curl_put_to_registry": summary("curl_put_to_registry"),
             "curl_get_from_registry": summary("curl_get_from_registry"),
         },
-        "oci_push": summary("oci_push"),
-        "oci_pull": summary("oci_pull"),
+        **{f"{row}_{way}": summary(f"{row}_{way}") for row in OCI_ROWS for way in ("push", "pull")},
         "push_reports": pushes,
         "pull_reports": pulls,
         "ratios": {k: v for k, v in measured.items() if k not in AT_MOST},
@@ -1289,11 +1215,9 @@ def render(report: dict[str, Any]) -> str:
         (f"diagnostic: curl x{report['jobs']} PUT -> serve", diagnostics["curl_put_to_registry"]),
         (f"diagnostic: serve -> curl x{report['jobs']} GET", diagnostics["curl_get_from_registry"]),
     ]
-    if t.get("oci_push") is not None:
-        rows += [
-            ("kvreg push -> OCI docker-registry", t["oci_push"]),
-            ("kvreg pull <- OCI docker-registry", t["oci_pull"]),
-        ]
+    for row, label in OCI_LABELS.items():
+        if t.get(f"{row}_push") is not None:
+            rows += [(f"kvreg {way} {arrow} {label}", t[f"{row}_{way}"]) for way, arrow in PUSH_PULL]
     for label, r in rows:
         if r is None:
             lines.append(f"  {label:36}{'(not measured: no curl)':>40}")
@@ -1398,8 +1322,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--remote",
         choices=("kvreg", "oci"),
         default="kvreg",
-        help="oci: also push the deposit to, and pull it from, the open OCI registry of the test\n"
-        "services (docker-registry, CNCF distribution; make services), beside the kvreg rows",
+        help="oci: also push the deposit to, and pull it from, the two open OCI registries of the\n"
+        "test services (CNCF distribution on a folder, and on S3 redirecting blob downloads to\n"
+        "presigned URLs; make services), beside the kvreg rows",
     )
     p.add_argument(
         "--server-workers", type=int, default=1, help="kvreg serve --workers for the transfers (default 1)"
