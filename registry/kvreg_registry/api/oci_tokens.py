@@ -58,7 +58,7 @@ LEEWAY_SECONDS = 30
 #: The most resource scopes one token request may name.
 MAX_SCOPES = 32
 #: The longest resource scope (``type:name:actions``) accepted.
-MAX_SCOPE_CHARS = 320
+MAX_SCOPE_CHARS = 256
 REPOSITORY = "repository"
 PULL = "pull"
 
