@@ -89,15 +89,6 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
     return who
 
 
-def principal_of_token(st: RegistryState, token: str) -> Principal:
-    """The principal of an API token (``UnauthenticatedError`` if unknown, revoked or expired);
-    its last-used time is brought up to date when it is stale. The caller counts failures."""
-    with st.db.read() as s:
-        who = authenticate(s, token)
-    refresh_last_used(st, who)
-    return who
-
-
 async def principal(request: Request) -> Principal:
     return await run_in_threadpool(principal_sync, state(request), request)
 

@@ -40,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 from kvreg.core.errors import UnauthenticatedError
 from kvreg.core.timestamps import rfc3339
 from kvreg_registry.api import oci_tokens
-from kvreg_registry.api.deps import presented_token, principal_of_token, refresh_last_used, state
+from kvreg_registry.api.deps import presented_token, refresh_last_used, state
 from kvreg_registry.api.oci_errors import SERVICE, OciError, challenge, request_repository
 from kvreg_registry.api.ratelimit import auth_attempt
 from kvreg_registry.auth import TOKEN_PREFIX, Principal, authenticate, principal_of
@@ -124,10 +124,10 @@ def principal_sync(st: RegistryState, request: Request) -> Principal:
         return Principal()
     if is_oci_token(token):
         return _oci_principal(st, request, token)
-    with auth_attempt(request, token[:_MAX_API_TOKEN]):
-        if len(token) > _MAX_API_TOKEN:
-            raise UnauthenticatedError("unknown token")
-        return principal_of_token(st, token)
+    with st.db.read() as s:
+        who = _authenticate_api_token(s, request, token)
+    refresh_last_used(st, who)
+    return who
 
 
 async def principal(request: Request) -> Principal:
