@@ -15,7 +15,9 @@ helper that holds every registry's credentials. A helper is run as Docker runs i
 ``docker-credential-<name> get`` with the server on stdin, answering
 ``{"ServerURL", "Username", "Secret"}`` (a ``Username`` of ``<token>`` marks an
 identity token). A helper that says it has no credentials for the server is not an
-error: the lookup goes on.
+error: the lookup goes on. Docker Hub goes by several names (``docker.io``,
+``index.docker.io``, ``registry-1.docker.io``): its credentials are found under any of
+them, and a helper is asked for ``https://index.docker.io/v1/``, as Docker asks.
 
 Secrets are never logged or shown in errors. This module reads files and runs
 helpers; it does not talk to registries.

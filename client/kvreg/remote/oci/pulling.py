@@ -10,7 +10,8 @@ in this order, before any object is downloaded:
    its subject; its envelope blob is fetched (digest-checked), its payload must be
    the artifact's config (the kvreg manifest), and the signature is verified against
    the **local** trust policy for the local ref's namespace (the first signature
-   that verifies wins; none: the last refusal is raised);
+   that verifies wins; one that is missing, corrupt or untrusted is passed over for
+   the next; none: the last refusal is raised);
 3. ``check_artifact``: the layers are exactly the signed manifest's objects, with
    the sizes it states (a swapped layer is ``DigestMismatchError``, exit 3);
 4. the store's tag history (``kvreg.store.tag_history``) refuses a tag moved back

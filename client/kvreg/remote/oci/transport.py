@@ -5,11 +5,13 @@ connection errors and 429/5xx, capped answers, the fast bulk transport for blob
 bodies, resumable hashed downloads) whose error mapping is the OCI one
 (``kvreg.remote.oci.errors``), and an :class:`~kvreg.remote.oci.auth.Authenticator`.
 :meth:`OciTransport.ping` asks ``GET /v2/`` how the registry authenticates; every
-request then carries the ``Authorization`` for its scopes, and a ``401`` is answered
-once (a new challenge, or an expired token dropped) before it becomes
+request then carries the ``Authorization`` for its scopes, and a ``401`` from the
+registry is answered (a new challenge, or a refused token replaced, once for all the
+workers that met it) up to :data:`AUTH_ATTEMPTS` times before it becomes
 ``UnauthenticatedError``. ``Authorization`` goes to the registry's own origin only
 (never to the storage a blob download is redirected to, never to an upload
-location on another host).
+location on another host), and only the registry's own ``401`` is taken as a
+challenge.
 
 This module knows the mechanics; ``blobs`` and ``manifests`` know the endpoints.
 """
