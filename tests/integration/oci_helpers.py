@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cli.helpers import kvreg, snapshot
+from cli.helpers import SUFFIX, kvreg, snapshot
 
 
 def new_prefix() -> str:
@@ -98,3 +98,13 @@ def upload_blob(url: str, repo: str, data: bytes) -> str:
     done = httpx.put(location.copy_merge_params({"digest": digest}), content=data)
     assert done.status_code == 201, done.text
     return digest
+
+
+def graft_is_byte_exact(home: Path, ref: str, model: Path, tmp_path: Path) -> None:
+    """``kvreg graft REF --check`` with the suite's suffix appended: every step byte-exact."""
+    prompt = tmp_path / "suffix.txt"
+    prompt.write_text(SUFFIX, encoding="utf-8")
+    options = ["--append-file", prompt, "--max-new-tokens", "4", "--check"]
+    graft = kvreg(home, "--json", "graft", ref, "--model", model, *options).json
+    assert graft["check"]["byte_exact"] is True
+    assert graft["check"]["sha256_equal_steps"] == graft["check"]["steps"]

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
-from .proxy import HOP_HEADERS, LoopbackServer, QuietHandler, forward, read_body
+from .proxy import LoopbackServer, QuietHandler, forward, read_body, relay
 
 SERVICE = "kvreg-token-test"
 ISSUER = "kvreg-test-issuer"
@@ -256,15 +256,7 @@ class ExpiryGate:
                     return
                 if delay and self.command == "GET" and "/blobs/sha256:" in self.path:
                     time.sleep(delay)
-                r = forward(self, reg.url, body, gate._http)
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in HOP_HEADERS:
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(r.content)
+                relay(self, forward(self, reg.url, body, gate._http))
 
             do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = do_DELETE = _pass
 

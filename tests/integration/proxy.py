@@ -42,6 +42,18 @@ def forward(
     return client.request(handler.command, upstream + handler.path, headers=headers, content=body)
 
 
+def relay(handler: BaseHTTPRequestHandler, response: httpx.Response) -> None:
+    """Answer the handler's request with ``response`` (read in full), end-to-end headers only."""
+    handler.send_response(response.status_code)
+    for k, v in response.headers.items():
+        if k.lower() not in HOP_HEADERS:
+            handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(response.content)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(response.content)
+
+
 class QuietHandler(BaseHTTPRequestHandler):
     """An HTTP/1.1 request handler that logs nothing (the proxies' base)."""
 

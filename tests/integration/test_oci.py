@@ -31,6 +31,7 @@ from cli.helpers import BLOCK, SUFFIX, TEXT, kvreg, kvreg_env
 from .conftest import object_sizes, staged_files
 from .oci_helpers import (
     get_manifest,
+    graft_is_byte_exact,
     host_of,
     new_prefix,
     oci_home,
@@ -83,14 +84,7 @@ def test_push_pull_graft_byte_exact_and_second_push_sends_nothing(
     assert pull["bytes_downloaded"] == sum(sizes.values())
     assert pull["audit"]["verified"] is False  # said, not silently dropped
     kvreg(dst, "fsck")
-    prompt = tmp_path / "suffix.txt"
-    prompt.write_text(SUFFIX, encoding="utf-8")
-    graft = kvreg(
-        dst, "--json", "graft", "ns/p07", "--model", llama, "--append-file", prompt,
-        "--max-new-tokens", "4", "--check",
-    ).json  # fmt: skip
-    assert graft["check"]["byte_exact"] is True
-    assert graft["check"]["sha256_equal_steps"] == graft["check"]["steps"]
+    graft_is_byte_exact(dst, "ns/p07", llama, tmp_path)
 
     listed = kvreg(dst, "--json", "ls-remote", "hub", "ns").json
     assert [(r["ref"], r["digest"]) for r in listed["refs"]] == [("ns/p07", push["digest"])]

@@ -26,7 +26,7 @@ from services import oci_registry
 from .conftest import object_sizes
 from .oci_helpers import host_of, new_prefix, oci_home, oci_reader
 from .oci_token import SERVICE, ExpiryGate, TokenRegistry, token_registry
-from .proxy import HOP_HEADERS, LoopbackServer, QuietHandler, forward, read_body
+from .proxy import LoopbackServer, QuietHandler, forward, read_body, relay
 
 
 def _docker_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reg: TokenRegistry, *urls: str) -> None:
@@ -154,21 +154,31 @@ def _pull_through_gate(
     depositor: dict[str, Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    reg: TokenRegistry,
-    gate: ExpiryGate,
-) -> list[dict[str, object]]:
-    """Push ``src/p07x`` to ``reg``, pull it with four jobs through ``gate``; the pull's token requests."""
-    prefix = new_prefix()
-    _docker_login(tmp_path, monkeypatch, reg, reg.url, gate.url)
-    pusher = oci_home(tmp_path, "pusher", reg.url, prefix, source=depositor["home"])
-    push = kvreg(pusher, "--json", "push", "hub", "src/p07x", "--as", "ns/p07").json
-    dst = oci_reader(tmp_path, "reader", gate.url, prefix, "ns", depositor["public_key"])
-    reg.requests.clear()
-    pull = kvreg(dst, "--json", "pull", "hub", "ns/p07", "-j", "4").json
+    *,
+    lifetime: int,
+    expires_in: float,
+    delay: float,
+) -> tuple[int, int]:
+    """Push ``src/p07x`` to a token registry whose tokens last ``lifetime`` s and are said to
+    last ``expires_in`` s, pull it with four jobs through an :class:`ExpiryGate` holding each
+    download back ``delay`` s; the tokens the pull asked for, and the requests the gate refused."""
+    with token_registry(tmp_path, lifetime=lifetime, expires_in=expires_in) as reg:
+        gate = ExpiryGate(reg, delay=delay)
+        try:
+            prefix = new_prefix()
+            _docker_login(tmp_path, monkeypatch, reg, reg.url, gate.url)
+            pusher = oci_home(tmp_path, "pusher", reg.url, prefix, source=depositor["home"])
+            push = kvreg(pusher, "--json", "push", "hub", "src/p07x", "--as", "ns/p07").json
+            dst = oci_reader(tmp_path, "reader", gate.url, prefix, "ns", depositor["public_key"])
+            reg.requests.clear()
+            pull = kvreg(dst, "--json", "pull", "hub", "ns/p07", "-j", "4").json
+        finally:
+            gate.close()
     assert pull["digest"] == push["digest"]
     assert pull["objects_downloaded"] == len(object_sizes(depositor["home"], depositor["manifests"]["p07x"]))
     kvreg(dst, "verify", "ns/p07")
-    return [r for r in reg.requests if any(str(s).endswith(":pull") for s in list(r["scopes"]))]
+    asked = [r for r in reg.requests if any(str(s).endswith(":pull") for s in list(r["scopes"]))]
+    return len(asked), gate.refused
 
 
 def test_tokens_are_replaced_before_their_stated_expiry(
@@ -176,14 +186,9 @@ def test_tokens_are_replaced_before_their_stated_expiry(
 ) -> None:
     """Tokens that say they last 2 s (and are refused after 3 to 4 s): a four-job pull that lasts
     several times that asks for new ones in time, and never sends an expired one."""
-    with token_registry(tmp_path, lifetime=4, expires_in=2) as reg:
-        gate = ExpiryGate(reg, delay=1.0)
-        try:
-            asked = _pull_through_gate(depositor, tmp_path, monkeypatch, reg, gate)
-        finally:
-            gate.close()
-    assert gate.refused == 0, "a token was used past the expiry its token service stated"
-    assert len(asked) >= 2, "the pull outlived its first token without asking for another"
+    asked, refused = _pull_through_gate(depositor, tmp_path, monkeypatch, lifetime=4, expires_in=2, delay=1.0)
+    assert refused == 0, "a token was used past the expiry its token service stated"
+    assert asked >= 2, "the pull outlived its first token without asking for another"
 
 
 def test_tokens_refused_early_are_replaced_once_for_all_workers(
@@ -191,14 +196,10 @@ def test_tokens_refused_early_are_replaced_once_for_all_workers(
 ) -> None:
     """Tokens said to last 300 s but refused after 1 to 2 s (revoked, or a registry without
     leeway): the four workers that meet the 401 together replace the token and go on."""
-    with token_registry(tmp_path, lifetime=2, expires_in=300) as reg:
-        gate = ExpiryGate(reg, delay=0.6)
-        try:
-            asked = _pull_through_gate(depositor, tmp_path, monkeypatch, reg, gate)
-        finally:
-            gate.close()
-    assert gate.refused >= 1, "no token expired during the pull: the test proves nothing"
-    assert len(asked) >= 2
+    gated = _pull_through_gate(depositor, tmp_path, monkeypatch, lifetime=2, expires_in=300, delay=0.6)
+    asked, refused = gated
+    assert refused >= 1, "no token expired during the pull: the test proves nothing"
+    assert asked >= 2
 
 
 # --- a redirect to a host that wants credentials ----------------------------------------------------
@@ -251,15 +252,7 @@ class _RedirectingProxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                r = forward(self, upstream, body, proxy._http)
-                self.send_response(r.status_code)
-                for k, v in r.headers.items():
-                    if k.lower() not in HOP_HEADERS:
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(r.content)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(r.content)
+                relay(self, forward(self, upstream, body, proxy._http))
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _pass
 

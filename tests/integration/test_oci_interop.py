@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from cli.helpers import SUFFIX, kvreg
+from cli.helpers import kvreg
 from services import oci_open_registry, oci_registry
 
-from .oci_helpers import get_manifest, host_of, new_prefix, oci_reader, pushed
+from .oci_helpers import get_manifest, graft_is_byte_exact, host_of, new_prefix, oci_reader, pushed
 
 # --- the ORAS SDK between two distributions --------------------------------------------------
 
@@ -98,10 +98,4 @@ def test_oras_lists_pulls_and_copies_a_kvreg_artifact(
     dst_home = oci_reader(tmp_path, "copied", auth["url"], other, "ns", depositor["public_key"])
     pulled = kvreg(dst_home, "--json", "pull", "hub", "ns/p07").json
     assert pulled["digest"] == push["digest"]
-    prompt = tmp_path / "suffix.txt"
-    prompt.write_text(SUFFIX, encoding="utf-8")
-    graft = kvreg(
-        dst_home, "--json", "graft", "ns/p07", "--model", llama, "--append-file", prompt,
-        "--max-new-tokens", "4", "--check",
-    ).json  # fmt: skip
-    assert graft["check"]["byte_exact"] is True
+    graft_is_byte_exact(dst_home, "ns/p07", llama, tmp_path)

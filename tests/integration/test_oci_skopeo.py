@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from cli.helpers import SUFFIX, kvreg
+from cli.helpers import kvreg
 from kvreg.core import oci
 from kvreg.core.digest import Digest
 from kvreg.core.keys import SigningKey
@@ -32,7 +32,7 @@ from kvreg.store.home import Home
 from remote.helpers import build_artifact, store_built
 from services import oci_open_registry
 
-from .oci_helpers import host_of, new_prefix, oci_reader, put_manifest
+from .oci_helpers import graft_is_byte_exact, host_of, new_prefix, oci_reader, put_manifest
 from .registry_server import Registry
 
 SKOPEO = shutil.which("skopeo")
@@ -148,10 +148,4 @@ def test_skopeo_copies_from_kvreg_into_distribution_and_kvreg_grafts_from_there(
     dst = oci_reader(tmp_path, "reader", dist["url"], prefix, ns, depositor["public_key"])
     pulled = kvreg(dst, "--json", "pull", "hub", f"{ns}/p07").json
     assert pulled["digest"] == str(depositor["manifests"]["p07"].digest)
-    prompt = tmp_path / "suffix.txt"
-    prompt.write_text(SUFFIX, encoding="utf-8")
-    graft = kvreg(
-        dst, "--json", "graft", f"{ns}/p07", "--model", llama, "--append-file", prompt,
-        "--max-new-tokens", "4", "--check",
-    ).json  # fmt: skip
-    assert graft["check"]["byte_exact"] is True
+    graft_is_byte_exact(dst, f"{ns}/p07", llama, tmp_path)
