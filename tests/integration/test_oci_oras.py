@@ -147,7 +147,12 @@ def test_the_kvreg_client_pulls_from_a_kvreg_registry_as_an_oci_remote(
         pull(home, client, ref, trust=policy)
     assert not home.objects.has(built.digest)
 
-    Credentials(home).set_basic("hub", "reader", registry.user({ns: "read"}))
+    reader = registry.user({ns: "read"})
+    wrong = kvreg(home.root, "login", "hub", "-u", "reader", "--password-stdin", stdin="kvreg_nope", expect=1)
+    assert "refused" in wrong.err and "Traceback" not in wrong.err
+    login = kvreg(home.root, "--json", "login", "hub", "-u", "reader", "--password-stdin", stdin=reader)
+    assert login.json["scheme"] == "bearer"  # checked against /v2/ with a token from /v2/token
+    assert Credentials(home).stored_basic("hub") is not None
     with connect_oci(home, "hub") as client:
         report = pull(home, client, ref, trust=policy)
         assert client.auth.scheme == "bearer"
