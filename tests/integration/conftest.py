@@ -22,6 +22,11 @@ from cli.helpers import BLOCK, EXTENSION, TEXT, kvreg
 from .registry_server import BACKENDS, Registry, running_registry
 
 LIBRARY_BLOCK = "8"  # the flywheel library's block size (``library``)
+#: The text of the depositor's ``src/other``, which shares no block with the others.
+OTHER_TEXT = (
+    "A compliance ruling: the transfer is permitted because the counterparty is registered "
+    "and the amount is below the reporting threshold of 10,000 units. Reviewed and approved."
+)
 
 
 @pytest.fixture(autouse=True)
@@ -80,8 +85,7 @@ def depositor(tmp_path_factory: pytest.TempPathFactory, llama: Path) -> dict[str
     texts = {
         "p07": TEXT,
         "p07x": TEXT + EXTENSION,
-        "other": "A compliance ruling: the transfer is permitted because the counterparty is registered "
-        "and the amount is below the reporting threshold of 10,000 units. Reviewed and approved.",
+        "other": OTHER_TEXT,
     }
     manifests = {}
     for name, text in texts.items():

@@ -28,7 +28,7 @@ import pytest
 
 from cli.helpers import BLOCK, SUFFIX, TEXT, kvreg, kvreg_env
 
-from .conftest import object_sizes, staged_files
+from .conftest import OTHER_TEXT, object_sizes, staged_files
 from .oci_helpers import (
     get_manifest,
     graft_is_byte_exact,
@@ -43,7 +43,7 @@ from .oci_helpers import (
     upload_object,
 )
 from .oci_targets import KINDS, OciTarget, oci_target
-from .proxy import StallingProxy
+from .proxy import LoopbackServer, QuietHandler, StallingProxy, forward, read_body, relay
 
 
 @pytest.fixture(params=KINDS)
@@ -370,3 +370,77 @@ def test_large_blobs_go_in_chunks_and_mounts_fall_back_to_uploads(oci: OciTarget
         )
         assert client.blob_size(client.repository("other"), Digest.of_bytes(fresh)) == 100
         assert client.mount_blob(client.repository("third"), digest, repo) is None  # mounted
+
+
+class _CountingProxy:
+    """The registry, counting the tag listings it is asked for."""
+
+    def __init__(self, upstream: str) -> None:
+        self.listings = 0
+        self._http = httpx.Client(timeout=60)
+        proxy = self
+
+        class Handler(QuietHandler):
+            def _pass(self) -> None:
+                body = read_body(self)
+                if self.command == "GET" and "/tags/list" in self.path:
+                    proxy.listings += 1
+                relay(self, forward(self, upstream, body, proxy._http))
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _pass
+
+        self._server = LoopbackServer(Handler)
+        self.url = self._server.url
+
+    def close(self) -> None:
+        self._server.close()
+        self._http.close()
+
+
+def test_a_server_lists_an_oci_namespace_once_then_on_age_or_after_a_miss(
+    oci: OciTarget, depositor: dict[str, Any], llama: Path, tmp_path: Path
+) -> None:
+    """A long-running source (``kvreg engine serve``) keeps a namespace's listing: repeat asks
+    do not list its tags again; an aged listing is listed again; a prompt that finds nothing
+    lists again (once the listing is a few seconds old) and finds what was tagged since."""
+    from kvreg.app.ask import ask
+    from kvreg.app.discovery import RemoteSource
+    from kvreg.app.engine_options import EngineOptions
+    from kvreg.app.feedback import Silent
+    from kvreg.app.loader import load_engine
+    from kvreg.app.prompts import encode_prompt
+    from kvreg.remote.oci.client import OciClient
+    from kvreg.remote.oci.listing import RefListings
+    from kvreg.remote.remotes import parse_oci_url
+    from kvreg.store.home import Home
+
+    prefix, _ = pushed(depositor, tmp_path, oci.url)
+    home = Home(oci_reader(tmp_path, "server", oci.url, prefix, "ns", depositor["public_key"]))
+    lm, _ = load_engine(Silent(), llama, EngineOptions(block_size=int(BLOCK)).for_new(), home)
+    now = [0.0]
+    listings = RefListings(ttl=60, miss_after=5, clock=lambda: now[0])
+    proxy = _CountingProxy(oci.url)
+    try:
+        location = parse_oci_url(f"oci://{host_of(proxy.url)}/{prefix}", insecure=True)
+        with OciClient(location) as client:
+            source = RemoteSource(client=client, namespaces=["ns"], listings=listings)
+
+            def asked(text: str) -> Any:
+                return ask(lm, home, encode_prompt(lm, text), mode="prefix", remote=source, max_new_tokens=1)
+
+            for _ in range(3):
+                assert not asked(TEXT + SUFFIX).generation.fallback
+            assert proxy.listings == 1, "each request listed the namespace again"
+            now[0] += 61
+            asked(TEXT + SUFFIX)
+            assert proxy.listings == 2, "an aged listing was used"
+
+            kvreg(tmp_path / "pusher", "push", "hub", "src/other", "--as", "ns/other")  # tagged since
+            fresh = asked(OTHER_TEXT)
+            assert fresh.generation.fallback and proxy.listings == 2  # the listing is brand new
+            now[0] += 6
+            found = asked(OTHER_TEXT)
+            assert proxy.listings == 3 and not found.generation.fallback
+            assert found.remote is not None and [p["ref"] for p in found.remote.pulled] == ["ns/other"]
+    finally:
+        proxy.close()

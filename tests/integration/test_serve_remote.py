@@ -28,7 +28,7 @@ def served(registry: Registry, library: dict[str, Any], make_home) -> Iterator[t
 
     import uvicorn
 
-    from kvreg.app.ask import remote_source
+    from kvreg.app.discovery import remote_source
     from kvreg.app.engine_options import EngineOptions
     from kvreg.app.serving.host import ModelHost
     from kvreg.app.serving.server import bind, create_app

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvreg.app.ask import RemoteSource
 from kvreg.app.demo.flywheel_act import run_flywheel_act
 from kvreg.app.demo.rows import graft_row
 from kvreg.app.demo.server import Server, Tokens, bootstrap, stored
@@ -33,6 +32,7 @@ from kvreg.app.demo.texts import (
     REMOTE,
     TRANSFER_JOBS,
 )
+from kvreg.app.discovery import RemoteSource
 from kvreg.app.flywheel.gsm8k import user_content
 from kvreg.app.flywheel.loop import FlywheelSpec, Progress, Registry
 from kvreg.app.graft_receipt import host_of

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvreg.app.ask import AskResult, RemoteSource, ask
+from kvreg.app.ask import AskResult, ask
+from kvreg.app.discovery import RemoteSource
 from kvreg.app.flywheel.library import (
     choose_entries,
     deposit_entries,

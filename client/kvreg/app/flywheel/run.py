@@ -8,7 +8,7 @@ registry. The model is loaded by the caller. Nothing here renders or prints.
 
 from __future__ import annotations
 
-from kvreg.app.ask import RemoteSource
+from kvreg.app.discovery import RemoteSource
 from kvreg.app.flywheel.loop import FlywheelReport, FlywheelSpec, Progress, Registry, run_flywheel
 from kvreg.app.flywheel.served import ServedExam
 from kvreg.core.keys import SigningKey

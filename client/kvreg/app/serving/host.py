@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvreg.app.ask import ASK_MODES, AskResult, RemoteSource, ask
+from kvreg.app.ask import ASK_MODES, AskResult, ask
+from kvreg.app.discovery import RemoteSource
 from kvreg.app.engine_options import EngineOptions
 from kvreg.app.feedback import Feedback, Silent
 from kvreg.app.graft_receipt import receipt_sender
