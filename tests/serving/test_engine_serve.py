@@ -427,9 +427,9 @@ def _adjusted_greedy(served: Served, prompt: list[int], steps: int, adjust: Any)
     history: list[int] = []
     choose = sampler(0.0, adjust=adjust, history=lambda: history)
 
-    def seen(token: int) -> bool:
+    def seen(token: int) -> bool:  # the sink decides where the completion ends: at EOS, as the server
         history.append(token)
-        return True
+        return token != lm.tokenizer.eos_token_id
 
     decoded = served.on_model(
         plain_generate, lm, prompt, steps, stop_at_eos=True, choose=choose, on_token=seen

@@ -437,7 +437,10 @@ def decode(
     the graft's tokens, so its logits stay comparable step by step). ``choose`` picks
     the token from the logits instead of the argmax (sampling, ``kvreg.engine.sampling``);
     ``on_token`` is told each token as it is chosen and stops the decoding by returning
-    False (a stop string, a client gone). Without them nothing changes: greedy, to the bit.
+    False (a stop string, a client gone). With ``on_token`` the sink alone decides where the
+    completion ends, the tokenizer's EOS included (``stop_at_eos`` then changes nothing): a
+    server's text stream knows the model's other end-of-turn ids, and a request may ask to
+    decode past EOS (``ignore_eos``). Without them nothing changes: greedy, to the bit.
     """
     logits = first_logits
     out = Decoded([], [])
@@ -451,9 +454,12 @@ def decode(
             token = int(torch.argmax(logits).item())
         out.tokens.append(token)
         out.logits.append(logits)
-        if on_token is not None and not on_token(token):
+        if on_token is not None:
+            if not on_token(token):
+                break
+        elif stop_at_eos and token == eos:
             break
-        if step == steps - 1 or (stop_at_eos and token == eos):
+        if step == steps - 1:
             break
         logits = forward(lm, cache, [token], cache.get_seq_length())
         _trim_windows(cache)
