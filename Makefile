@@ -54,7 +54,8 @@ unit: install services
 check: lint imports types unit
 
 # PostgreSQL, SeaweedFS (S3) and two OCI registries (Debian's docker-registry, installed with
-# apt-get when missing) on 127.0.0.1, for the registry and OCI tests; see scripts/services.sh.
+# apt-get when missing) on 127.0.0.1, for the registry and OCI tests, and Debian's prometheus
+# (promtool) and nginx, which some tests run themselves; see scripts/services.sh.
 services: install
 	VENV=$(VENV) scripts/services.sh start
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real services the test suite runs against: PostgreSQL, SeaweedFS (S3), three OCI
 # registries (CNCF distribution, Debian's docker-registry) and Debian's skopeo, a second
-# OCI client.
+# OCI client; it also installs the Debian tools some tests run themselves (prometheus with
+# promtool, nginx).
 #
 #   scripts/services.sh start    start them all (idempotent: running services are kept)
 #   scripts/services.sh stop     stop them all
@@ -514,6 +515,29 @@ oci_stop() {
     rm -f "$OCI_DIR/$name/registry.pid"
 }
 
+# --- Debian tools the tests run: Prometheus and nginx ------------------------------------
+
+# `prometheus` brings promtool (the tests check every /metrics answer with `promtool check
+# metrics`) and the Prometheus server (a test scrapes a registry with it); `nginx` is the reverse
+# proxy of the deployment docs, run by a test in front of `kvreg serve`. The tests start their
+# own instances on free loopback ports; these packages' system services are not used.
+TOOL_PACKAGES="prometheus nginx"
+
+tools_install() {
+    command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v nginx >/dev/null &&
+        return 0
+    if ! is_root; then
+        die "promtool, prometheus or nginx is not installed. Install them, then run this again:
+    sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $TOOL_PACKAGES"
+    fi
+    log "installing Debian's $TOOL_PACKAGES (apt-get install)"
+    apt-get update
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $TOOL_PACKAGES
+    command -v promtool >/dev/null || die "apt-get ran but promtool is still missing"
+    command -v nginx >/dev/null || die "apt-get ran but nginx is still missing"
+}
+
 # --- commands -------------------------------------------------------------------------
 
 cmd_start() {
@@ -521,6 +545,7 @@ cmd_start() {
     pg_start
     weed_start
     oci_install
+    tools_install
     oci_start auth "$OCI_AUTH_PORT" yes
     oci_start open "$OCI_OPEN_PORT" no
     oci_start s3 "$OCI_S3_PORT" no s3
