@@ -21,7 +21,7 @@ def _decode(ids: Sequence[int]) -> str:
 def _run(
     tokens: list[int], stops: tuple[str, ...] = (), max_tokens: int = 10
 ) -> tuple[TextStream, list[str]]:
-    stream = TextStream(_decode, max_tokens, stops, eos=9)
+    stream = TextStream(_decode, max_tokens, stops, eos=frozenset({9}))
     pieces = []
     for t in tokens:
         more = stream.feed(t)

@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.home import Home
 
 if TYPE_CHECKING:
+    from kvreg.engine.model_defaults import ModelDefaults
     from kvreg.engine.runtime import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 # once: a witness probe that passed is remembered per (artifact, config) and repeat grafts skip it;
 # always: every graft probes (kvreg ask's behaviour)
 PROBE_POLICIES = ("once", "always")
+# A model whose config states no context length: the most tokens a request may fill
+UNKNOWN_CONTEXT_TOKENS = 1 << 20
 
 
 class Cancelled(Exception):
@@ -66,6 +70,10 @@ class Job:
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    top_k: int = 0  # 0: all tokens
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    allowed_token_ids: frozenset[int] | None = None  # only these may be chosen; None: any
     mode: str | None = None  # the request's own mode (the ``kvreg`` extension); None: the server's
     on_delta: Callable[[], None] | None = None  # called (in the worker) after each token is taken
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -193,11 +201,56 @@ class ModelHost:
                 param="logit_bias",
             )
 
-    def new_stream(self, max_tokens: int, stops: tuple[str, ...]) -> TextStream:
-        def decode(ids: Sequence[int]) -> str:
-            return str(self.lm.tokenizer.decode(list(ids), skip_special_tokens=True))
+    def new_stream(
+        self,
+        max_tokens: int,
+        stops: tuple[str, ...] = (),
+        *,
+        stop_ids: Iterable[int] = (),
+        ignore_eos: bool = False,
+        min_tokens: int = 0,
+        include_stop: bool = False,
+        skip_special: bool = True,
+    ) -> TextStream:
+        """The text stream of one completion: it ends at the model's end-of-turn ids (:attr:`end_ids`,
+        unless ``ignore_eos``), at ``stop_ids`` or a stop string (not before ``min_tokens``
+        tokens), or at ``max_tokens``; decoded with special tokens skipped unless ``skip_special``
+        is false (``kvreg.app.serving.textstream``)."""
 
-        return TextStream(decode, max_tokens, stops, eos=self.lm.tokenizer.eos_token_id)
+        def decode(ids: Sequence[int]) -> str:
+            return str(self.lm.tokenizer.decode(list(ids), skip_special_tokens=skip_special))
+
+        return TextStream(
+            decode,
+            max_tokens,
+            stops,
+            eos=self.end_ids,
+            stop_ids=frozenset(stop_ids),
+            ignore_eos=ignore_eos,
+            min_tokens=min_tokens,
+            include_stop=include_stop,
+        )
+
+    @cached_property
+    def generation_defaults(self) -> ModelDefaults:
+        """The model's end-of-turn ids and the sampling defaults of its ``generation_config.json``
+        (``kvreg.engine.model_defaults``), read once."""
+        from kvreg.engine.model_defaults import model_defaults
+
+        return model_defaults(self.lm.path, self.lm.tokenizer.eos_token_id)
+
+    @property
+    def end_ids(self) -> frozenset[int]:
+        """The token ids that end the model's turn: its tokenizer's EOS and every EOS id of its
+        generation config (Llama 3's ``<|eot_id|>``, Gemma's ``<end_of_turn>``)."""
+        return self.generation_defaults.end_ids
+
+    @property
+    def sampling_defaults(self) -> dict[str, Any]:
+        """The sampling settings the model ships (``temperature``, ``top_p``, ``top_k``, ``min_p``,
+        ``repetition_penalty``, ``max_tokens``: only those its generation config sets), applied to
+        what a request leaves out; a plain dict, as ``/v1/models`` shows it."""
+        return self.generation_defaults.as_dict()
 
     def request_mode(self, asked: str | None) -> str:
         """The mode a request runs in: the server's, or ``off`` when the request asks for a plain run."""
@@ -212,16 +265,41 @@ class ModelHost:
             code="unsupported_value",
         )
 
-    def check_length(self, prompt: Sequence[int], max_tokens: int) -> None:
+    def check_length(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int | None,
+        default: int | None = None,
+        *,
+        prompt_param: str = "messages",
+    ) -> int:
+        """The completion's token limit. ``max_tokens`` as the request asks, refused (400
+        ``context_length_exceeded``) when the prompt and it do not fit the model's context;
+        unset: ``default`` (the server's), else the model's ``max_new_tokens``, capped at the rest
+        of the context, else the rest of the context (as vLLM). A prompt that leaves no room for
+        one token is refused (``prompt_param`` named)."""
         if not prompt:
             raise ApiError("the prompt has no tokens", param="prompt")
-        if self.context_length and len(prompt) + max_tokens > self.context_length:
+        room = self.context_length - len(prompt) if self.context_length else UNKNOWN_CONTEXT_TOKENS
+        if room < 1:
             raise ApiError(
-                f"this model's maximum context length is {self.context_length} tokens; the request asks "
-                f"for {len(prompt)} prompt tokens and up to {max_tokens} completion tokens",
-                param="max_tokens" if len(prompt) < self.context_length else "messages",
+                f"this model's maximum context length is {self.context_length} tokens; the prompt has "
+                f"{len(prompt)} tokens, which leaves no room for a completion",
+                param=prompt_param,
                 code="context_length_exceeded",
             )
+        if max_tokens is not None:
+            if max_tokens > room:
+                context = self.context_length or UNKNOWN_CONTEXT_TOKENS
+                raise ApiError(
+                    f"this model's maximum context length is {context} tokens; the request asks "
+                    f"for {len(prompt)} prompt tokens and up to {max_tokens} completion tokens",
+                    param="max_tokens",
+                    code="context_length_exceeded",
+                )
+            return max_tokens
+        limit = default if default is not None else self.generation_defaults.max_tokens
+        return room if limit is None else min(limit, room)
 
     # --- the worker -----------------------------------------------------------------------
 
@@ -231,11 +309,22 @@ class ModelHost:
             self.stopped.append(0)
             log.info("serve: a request was skipped: its client left before it reached the model")
             raise Cancelled
-        from kvreg.engine.sampling import Adjustments, sampler  # torch; the model is loaded by now
+        from kvreg.engine.sampling import Adjustments, Masks, sampler  # torch; the model is loaded by now
 
-        adjust = Adjustments(job.logit_bias, job.presence_penalty, job.frequency_penalty)
+        adjust = Adjustments(
+            job.logit_bias, job.presence_penalty, job.frequency_penalty, job.repetition_penalty
+        )
+        masks = Masks(job.allowed_token_ids, job.stream.min_tokens, job.stream.unwanted_early)
         choose = sampler(
-            job.temperature, top_p=job.top_p, seed=job.seed, adjust=adjust, history=lambda: job.stream.tokens
+            job.temperature,
+            top_p=job.top_p,
+            top_k=job.top_k,
+            min_p=job.min_p,
+            seed=job.seed,
+            adjust=adjust,
+            masks=masks,
+            history=lambda: job.stream.tokens,
+            prompt=job.prompt,
         )
         self.running = job
         try:
@@ -278,9 +367,10 @@ class ModelHost:
         """In knowledge mode, the start of the answer's text that is the artifact's (the rest was decoded)."""
         if result.used_mode != "knowledge":
             return ""
-        decoded = str(self.lm.tokenizer.decode(result.generation.decoded.tokens, skip_special_tokens=True))
-        text = job.stream.text
-        return text[: max(0, len(text) - len(decoded))]
+        # the artifact's tokens, as the stream spells them (special tokens as the request asked);
+        # the text may end among them (a stop), or leave out a stop id decoded after them
+        forced = len(result.completion_tokens) - len(result.generation.decoded.tokens)
+        return job.stream.text[: len(job.stream.decode(job.stream.tokens[:forced]))]
 
     def _send_receipt(self, result: AskResult) -> dict[str, Any] | None:
         """Queue the graft's signed receipt for ``--receipts REMOTE``; what the answer says of it."""

@@ -164,6 +164,9 @@ def create_app(
                 "context_length": host.context_length,
                 "mode": host.mode,
                 "probe": host.probe,
+                # what a request leaves out comes from the model's generation config (vLLM's default)
+                "sampling_defaults": host.sampling_defaults,
+                "end_token_ids": sorted(host.end_ids),
             },
         }
 
@@ -197,26 +200,48 @@ def create_app(
                 param="model",
                 code="model_not_found",
             )
-        max_tokens = body.limit(default_max_tokens)
         biases = body.biases()
         host.check_biases(biases)
+        body.check_token_ids(len(host.lm.tokenizer))
         if isinstance(body, ChatRequest):
             prompt = await in_worker(host.chat_tokens, body.conversation(), body.rendering())
         else:
             prompt = await in_worker(host.text_tokens, body.text_or_tokens())
-        host.check_length(prompt, max_tokens)
+        # the request's max_tokens, else the server's default, else the rest of the context (vLLM's)
+        max_tokens = host.check_length(
+            prompt, body.limit(), default_max_tokens, prompt_param="messages" if chat else "prompt"
+        )
+        min_tokens = body.min_tokens or 0
+        if min_tokens > max_tokens:
+            raise ApiError(
+                f"min_tokens={min_tokens} is more than the {max_tokens} completion tokens allowed",
+                param="min_tokens",
+            )
+        sampling = body.sampling(host.sampling_defaults)  # the request's, else the model's defaults
         job = Job(
             prompt=prompt,
-            stream=host.new_stream(max_tokens, body.stops()),
-            temperature=1.0 if body.temperature is None else body.temperature,
-            top_p=1.0 if body.top_p is None else body.top_p,
+            stream=host.new_stream(
+                max_tokens,
+                body.stops(),
+                stop_ids=body.stop_token_ids or (),
+                ignore_eos=bool(body.ignore_eos),
+                min_tokens=min_tokens,
+                include_stop=bool(body.include_stop_str_in_output),
+                skip_special=body.skip_special_tokens is not False,
+            ),
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            min_p=sampling.min_p,
+            repetition_penalty=sampling.repetition_penalty,
             seed=body.seed,
             logit_bias=biases,
             presence_penalty=body.presence_penalty or 0.0,
             frequency_penalty=body.frequency_penalty or 0.0,
+            allowed_token_ids=None if body.allowed_token_ids is None else frozenset(body.allowed_token_ids),
             mode=mode,
         )
-        rid = protocol.new_id("chatcmpl" if chat else "cmpl")
+        rid = body.response_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             return StreamingResponse(
                 _events(host, job, rid, chat=chat, include_usage=body.include_usage()),
