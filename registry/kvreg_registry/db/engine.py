@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Engine, Result, Table, create_engine, event, insert
+from sqlalchemy import Connection, CursorResult, Engine, Result, Table, create_engine, event, insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -223,6 +223,21 @@ def alembic_config(url: str) -> Any:
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logger"] = False
     return config
+
+
+@functools.lru_cache(maxsize=1)
+def head_revisions() -> frozenset[str]:
+    """The revisions at the head of this code's migrations (what ``upgrade`` brings a database to)."""
+    from alembic.script import ScriptDirectory
+
+    return frozenset(ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads())
+
+
+def schema_revisions(connection: Connection) -> frozenset[str]:
+    """The revisions the database's ``alembic_version`` names (none: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    return frozenset(MigrationContext.configure(connection).get_current_heads())
 
 
 def upgrade(url: str, revision: str = "head") -> None:

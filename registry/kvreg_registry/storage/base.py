@@ -40,6 +40,14 @@ log = logging.getLogger(__name__)
 
 #: The largest piece :meth:`ObjectStorage.read_range` yields.
 READ_PIECE = 1 << 20
+#: The folder (or key prefix) of :meth:`ObjectStorage.probe`'s objects, beside ``objects`` and ``tmp``.
+PROBE_AREA = "probe"
+
+
+def probe_bytes(name: str) -> bytes:
+    """What a probe object named ``name`` holds (its name in it: a stale read is caught)."""
+    return f"kvreg readiness probe {name}\n".encode("ascii")
+
 
 _SHARD = re.compile(r"[0-9a-f]{2}")
 _REST = re.compile(r"[0-9a-f]{62}")
@@ -380,3 +388,10 @@ class ObjectStorage(ABC):
     @abstractmethod
     def check(self) -> None:
         """Raise ``UnavailableError`` unless the storage can be read and written."""
+
+    @abstractmethod
+    def probe(self) -> None:
+        """Write a small probe object, read it back and remove it (the readiness check); raise
+        ``UnavailableError`` if any step fails. It lives in an area of its own (``probe/``, beside
+        ``objects/`` and ``tmp/``) under a random name: no object or upload can be confused with it,
+        and nothing lists it. It is removed even when the read fails."""

@@ -30,6 +30,7 @@ import os
 import stat
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, ClassVar
@@ -39,6 +40,7 @@ from kvreg.core.errors import StoreError, UnavailableError
 from kvreg.fileio.atomicfile import TEMP_SUFFIX, fsync_dir, install, remove_quietly
 from kvreg.fileio.directio import AlignedWriter, BufferPool
 from kvreg_registry.storage.base import (
+    PROBE_AREA,
     READ_PIECE,
     Fillable,
     ObjectStorage,
@@ -47,6 +49,7 @@ from kvreg_registry.storage.base import (
     check_range,
     digest_from_parts,
     not_found,
+    probe_bytes,
     shard_parts,
 )
 
@@ -329,6 +332,33 @@ class FolderStorage(ObjectStorage):
             raise UnavailableError(
                 f"object storage at {self.root} is not writable: {exc}", path=str(self.root)
             ) from exc
+
+    def probe(self) -> None:
+        """A file in ``<root>/probe/`` written (and fsynced), read back and removed."""
+        name = f"{os.getpid()}-{uuid.uuid4().hex}"
+        path = self.root / PROBE_AREA / name
+        data = probe_bytes(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                _write_probe(path, data)
+                if path.read_bytes() != data:
+                    raise OSError(f"the probe file {path} read back other bytes than were written")
+            finally:
+                remove_quietly(path)
+        except OSError as exc:
+            raise UnavailableError(
+                f"object storage at {self.root} failed the probe: {exc}", path=str(self.root)
+            ) from exc
+
+
+def _write_probe(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_file(f: BinaryIO, start: int, end: int | None) -> Iterator[bytes]:

@@ -45,6 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kvreg.core.digest import Digest
 from kvreg.core.errors import ConfigError, UnavailableError
 from kvreg_registry.storage.base import (
+    PROBE_AREA,
     READ_PIECE,
     ObjectStorage,
     PendingObject,
@@ -52,6 +53,7 @@ from kvreg_registry.storage.base import (
     check_range,
     digest_from_parts,
     not_found,
+    probe_bytes,
     shard_parts,
 )
 from kvreg_registry.storage.s3_names import validate_bucket, validate_prefix
@@ -257,31 +259,39 @@ class S3Storage(ObjectStorage):
         self.part_size = part_size
         self.max_concurrency = max_concurrency
         self.conditional_writes = conditional_writes
-        config = Config(
-            region_name=self.region,
-            signature_version="s3v4",
-            retries={"max_attempts": 5, "mode": "standard"},
-            max_pool_connections=max(16, 2 * max_concurrency),
-            connect_timeout=10,
-            read_timeout=120,
-            # Path-style keys for a custom endpoint (SeaweedFS, MinIO on an IP address).
-            s3={"addressing_style": "path" if endpoint_url else "auto"},
-            # Checksums only where the API requires them: S3-compatible stores vary in
-            # their support of the newer default (CRC32 trailers).
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
+        self._client_options: dict[str, Any] = {
+            "endpoint_url": endpoint_url,
+            "aws_access_key_id": access_key,
+            "aws_secret_access_key": secret_key,
+            "region_name": self.region,
+        }
         self.client = _new_client(
-            endpoint_url=endpoint_url,
-            config=config,
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            region_name=self.region,
+            config=self._config(
+                attempts=5, connect_timeout=10, read_timeout=120, connections=max(16, 2 * max_concurrency)
+            ),
+            **self._client_options,
         )
+        self._probe_client: Any = None
         self._transfer = TransferConfig(
             multipart_threshold=MAX_SINGLE_COPY,
             multipart_chunksize=max(part_size, 64 * MIB),
             max_concurrency=max_concurrency,
+        )
+
+    def _config(self, *, attempts: int, connect_timeout: float, read_timeout: float, connections: int) -> Any:
+        return Config(
+            region_name=self.region,
+            signature_version="s3v4",
+            retries={"max_attempts": attempts, "mode": "standard"},
+            max_pool_connections=connections,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            # Path-style keys for a custom endpoint (SeaweedFS, MinIO on an IP address).
+            s3={"addressing_style": "path" if self.endpoint_url else "auto"},
+            # Checksums only where the API requires them: S3-compatible stores vary in
+            # their support of the newer default (CRC32 trailers).
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
 
     def __repr__(self) -> str:
@@ -503,6 +513,36 @@ class S3Storage(ObjectStorage):
         key = self.tmp_key()
         self.call("put_object", Bucket=self.bucket, Key=key, Body=b"kvreg storage check")
         self.call("delete_object", Bucket=self.bucket, Key=key)
+
+    def probe(self) -> None:
+        """A key under ``<prefix>probe/`` put, read back and deleted, with a client of its own that
+        tries once and waits seconds, not minutes (the readiness check must answer in time)."""
+        if self._probe_client is None:
+            self._probe_client = _new_client(
+                config=self._config(attempts=1, connect_timeout=2, read_timeout=5, connections=2),
+                **self._client_options,
+            )
+        client = self._probe_client
+        name = uuid.uuid4().hex
+        key = f"{self.prefix}{PROBE_AREA}/{name}"
+        data = probe_bytes(name)
+        operation = "put_object"
+        try:
+            client.put_object(Bucket=self.bucket, Key=key, Body=data)
+            try:
+                operation = "get_object"
+                body = client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                try:
+                    read = body.read()
+                finally:
+                    body.close()
+                if read != data:
+                    raise UnavailableError(f"S3 bucket {self.bucket!r} read back another probe than it got")
+            finally:
+                operation = "delete_object"
+                client.delete_object(Bucket=self.bucket, Key=key)
+        except (ClientError, BotoCoreError) as exc:
+            self._unavailable(operation, exc)
 
 
 def _stream(body: Any, bucket: str) -> Iterator[bytes]:
