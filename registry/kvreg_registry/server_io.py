@@ -132,6 +132,7 @@ class SocketBody:
         self._delivered = 0  # body bytes the parser handed to the cycle
         self._pieces: deque[memoryview] = deque()
         self._remaining = 0  # body bytes still in the socket
+        self._received = 0  # body bytes readinto returned
         self._sock: socket.socket | None = None
         self._lowat = 1
         self._client_gone = False
@@ -178,6 +179,12 @@ class SocketBody:
         """Body bytes not yet returned by :meth:`readinto`."""
         return self._remaining + sum(len(piece) for piece in self._pieces)
 
+    @property
+    def received(self) -> int:
+        """Body bytes :meth:`readinto` returned (they never went through ``receive``: the
+        registry's metrics count them here)."""
+        return self._received
+
     def readinto(self, view: memoryview) -> int:
         """Put the next bytes of the body at the start of ``view``; 0 at its end (blocking)."""
         with self._lock:
@@ -191,10 +198,13 @@ class SocketBody:
                     self._pieces.popleft()
                 else:
                     self._pieces[0] = piece[n:]
+                self._received += n
                 return n
             if self._remaining == 0 or not view:
                 return 0
-            return self._recv(view[: self._remaining])
+            n = self._recv(view[: self._remaining])
+            self._received += n
+            return n
 
     def _recv(self, view: memoryview) -> int:
         sock = self._sock

@@ -48,11 +48,18 @@ variable                       meaning                                         d
                                token realm is ``<it>/v2/token``                ``https://<Host>``
 ``KVREG_OCI_TOKEN_SECONDS``    lifetime of a scoped ``/v2/`` token (60-3600;   ``300``
                                never past its API token's expiry)
+``KVREG_FORWARDED_ALLOW_IPS``  the proxies whose ``X-Forwarded-For`` and        ``127.0.0.1``
+                               ``X-Forwarded-Proto`` are believed: addresses
+                               and networks, comma-separated; ``*`` any peer;
+                               set and empty: none (see ``trusted_proxies``)
+``KVREG_METRICS_TOKEN``        a bearer token ``GET /metrics`` asks for         unset: no token
+                               (``kvreg_registry.api.metrics``)
 =============================  ==============================================  =====================
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import urllib.parse
 from collections.abc import Mapping
@@ -110,6 +117,30 @@ def public_base_url(url: str) -> str:
     if port == 0 or any(c.isspace() or c in '"\\<>' for c in url):
         raise ConfigError(f"{what} is not a usable URL")
     return url.rstrip("/")
+
+
+def trusted_proxies(value: str) -> str:
+    """``value`` (``KVREG_FORWARDED_ALLOW_IPS``) normalized, ``", "``-separated, if each entry is an
+    IP address or a network (``10.0.0.0/8``), or the whole value is ``*`` (any peer); ``""``
+    trusts no one. Anything else is a ``ConfigError`` (uvicorn would take a typo for a host name
+    that never matches, and trust no one without a word)."""
+    entries = [part.strip() for part in value.split(",") if part.strip()]
+    if entries == ["*"]:
+        return "*"
+    normalized: list[str] = []
+    for entry in entries:
+        try:
+            if "/" in entry:  # host bits are dropped: uvicorn would take "10.0.0.1/8" for a name
+                normalized.append(str(ipaddress.ip_network(entry, strict=False)))
+            else:
+                normalized.append(str(ipaddress.ip_address(entry)))
+        except ValueError:
+            raise ConfigError(
+                f"{ENV_PREFIX}FORWARDED_ALLOW_IPS: {entry!r} is not an IP address or network",
+                hint="list the proxies' addresses or networks, comma-separated (127.0.0.1,10.0.0.0/8), "
+                "or * for any peer",
+            ) from None
+    return ", ".join(normalized)
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -175,8 +206,14 @@ class Settings:
     public_url: str | None = None
     # How long a scoped /v2/ token lives (KVREG_OCI_TOKEN_SECONDS), at most its API token's life.
     oci_token_seconds: int = 300
+    # The proxies whose X-Forwarded-For / -Proto are believed (KVREG_FORWARDED_ALLOW_IPS): uvicorn's
+    # own default, loopback, for a proxy on the same machine; "" trusts no one, "*" every peer.
+    forwarded_allow_ips: str = "127.0.0.1"
+    # GET /metrics answers only with this bearer token when it is set (KVREG_METRICS_TOKEN).
+    metrics_token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "forwarded_allow_ips", trusted_proxies(self.forwarded_allow_ips))
         if self.public_url is not None:
             object.__setattr__(self, "public_url", public_base_url(self.public_url))
         if not MIN_OCI_TOKEN_SECONDS <= self.oci_token_seconds <= MAX_OCI_TOKEN_SECONDS:
@@ -220,6 +257,9 @@ class Settings:
             oci_token_seconds=_bounded(
                 e, "OCI_TOKEN_SECONDS", 300, minimum=MIN_OCI_TOKEN_SECONDS, maximum=MAX_OCI_TOKEN_SECONDS
             ),
+            # Set and empty means "no proxy" here, unlike the other variables: unset is the default.
+            forwarded_allow_ips=e.get(ENV_PREFIX + "FORWARDED_ALLOW_IPS", "127.0.0.1"),
+            metrics_token=e.get(ENV_PREFIX + "METRICS_TOKEN") or None,
         )
         return replace(settings, **overrides) if overrides else settings
 

@@ -31,6 +31,8 @@ class ServeRequest:
     port: int = 8080
     workers: int = 1
     log_level: str = "info"
+    #: The proxies whose X-Forwarded-For is believed (None: $KVREG_FORWARDED_ALLOW_IPS or loopback).
+    forwarded_allow_ips: str | None = None
 
 
 def registry_settings(request: ServeRequest) -> Settings:
@@ -42,6 +44,8 @@ def registry_settings(request: ServeRequest) -> Settings:
         overrides["database_url"] = request.database_url
     if request.storage is not None:
         overrides["storage_url"] = request.storage
+    if request.forwarded_allow_ips is not None:
+        overrides["forwarded_allow_ips"] = request.forwarded_allow_ips
     return Settings.from_env(**overrides)
 
 
@@ -54,4 +58,5 @@ def serve(request: ServeRequest, settings: Settings) -> None:
             os.environ["KVREG_DATABASE_URL"] = settings.database_url
         if settings.storage_url:
             os.environ["KVREG_STORAGE"] = settings.storage_url
+        os.environ["KVREG_FORWARDED_ALLOW_IPS"] = settings.forwarded_allow_ips
     run(settings, host=request.host, port=request.port, workers=request.workers, log_level=request.log_level)

@@ -44,6 +44,16 @@ def serve(
         ),
     ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="uvicorn worker processes.")] = 1,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="IPS",
+            help="Proxies whose X-Forwarded-For (the client's address) and X-Forwarded-Proto are "
+            "believed: addresses or networks, comma-separated; '*' any peer, '' none "
+            "(default: $KVREG_FORWARDED_ALLOW_IPS, else 127.0.0.1).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
     """Run the registry server: the HTTP API under /api/v1, OCI pulls under /v2/ and the web UI at /.
@@ -56,6 +66,10 @@ def serve(
       kvreg serve --data ./kvreg-data --port 8080
 
       kvreg serve --database-url postgresql+psycopg://kvreg:PW@db/kvreg --storage s3://kvreg/objects
+
+      kvreg serve --host 0.0.0.0 --forwarded-allow-ips 10.0.0.0/24   # behind load balancers there
+
+    Operators: GET /metrics (Prometheus), /livez and /readyz (health checks).
     """
     # imported here: the registry's modules (FastAPI, SQLAlchemy) load only for this command
     from kvreg.app.serve import ServeRequest, registry_settings, serve
@@ -68,6 +82,7 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        forwarded_allow_ips=forwarded_allow_ips,
     )
     settings = registry_settings(request)
     out = output.get(ctx)

@@ -14,9 +14,17 @@ What it is not: the table lives in this process's memory, so behind a load
 balancer each process limits on its own, and a restart forgets it. It is bounded
 (``max_keys`` keys of at most ``limit`` timestamps each; the least recently failed
 key is dropped first), so an attacker spreading failures over more addresses than
-``max_keys`` can make it forget. Behind a reverse proxy ``request.client.host`` is
-the proxy unless uvicorn runs with ``--proxy-headers``. It limits failures only:
-it is not a general request-rate limiter and it does no denial-of-service defence.
+``max_keys`` can make it forget. Behind a reverse proxy the address is the client's
+only when the proxy is trusted (``KVREG_FORWARDED_ALLOW_IPS``, ``kvreg serve
+--forwarded-allow-ips``; loopback by default): then ``request.client.host`` is the
+address the proxy put in ``X-Forwarded-For`` (uvicorn's proxy-headers middleware,
+installed by ``create_app``); from any other peer it is the peer's own address, whatever
+the request claims. It limits failures only: it is not a general request-rate limiter
+and it does no denial-of-service defence.
+
+Every failed authentication and every refusal is also counted in the registry's metrics
+(``kvreg_auth_failures_total``, ``kvreg_rate_limited_requests_total``), whether or not the
+limiter is on.
 
 Settings: ``KVREG_AUTH_FAILURE_LIMIT`` (0 turns it off),
 ``KVREG_AUTH_FAILURE_WINDOW_SECONDS``, ``KVREG_AUTH_FAILURE_KEYS`` (see
@@ -36,6 +44,7 @@ from contextlib import contextmanager
 from fastapi import Request
 
 from kvreg.core.errors import AuthError, RateLimitedError
+from kvreg_registry.api.metrics import metrics_of
 from kvreg_registry.settings import Settings
 
 #: How many leading characters of a presented token key it (``kvreg_`` and 8 random ones).
@@ -163,6 +172,13 @@ def client_of(request: Request) -> str | None:
 
 @contextmanager
 def auth_attempt(request: Request, token: str | None) -> Iterator[None]:
-    """``limiter_of(request).attempt(...)`` for ``request``'s client."""
-    with limiter_of(request).attempt(client_of(request), token):
-        yield
+    """``limiter_of(request).attempt(...)`` for ``request``'s client, counted in the metrics."""
+    try:
+        with limiter_of(request).attempt(client_of(request), token):
+            yield
+    except RateLimitedError:
+        metrics_of(request).rate_limited.inc()
+        raise
+    except AuthError:
+        metrics_of(request).auth_failures.inc()
+        raise

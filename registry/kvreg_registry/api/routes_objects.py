@@ -31,6 +31,7 @@ from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, deferred_namespace_access, etag, namespace_access
+from kvreg_registry.api.metrics import metrics_of
 from kvreg_registry.api.params import RANGE_PATTERN, UUID_PATTERN, DigestPath, NsPath, UploadPath, documented
 from kvreg_registry.api.routes_admin import iso
 from kvreg_registry.auth import Principal
@@ -303,6 +304,7 @@ async def put_object(
     except BaseException:
         await run_in_threadpool(_close_quietly, st, ns, implicit)
         raise
+    metrics_of(request).objects_stored([(stored, size)])
     body = m.ObjectStored(digest=d, size=size, stored=stored, log_index=seq)
     return JSONResponse(body.model_dump(), status_code=201 if seq is not None else 200)
 

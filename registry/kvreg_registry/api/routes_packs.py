@@ -36,6 +36,7 @@ from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.api import models as m
 from kvreg_registry.api.deps import NamespaceAccess, namespace_access
+from kvreg_registry.api.metrics import metrics_of
 from kvreg_registry.api.params import NsPath, UploadPath, documented
 from kvreg_registry.api.routes_objects import OCTET_STREAM_BODY, WRITE_PIECE
 from kvreg_registry.auth import Principal
@@ -362,4 +363,5 @@ async def put_pack(
     except ClientDisconnect as e:  # a push killed or cut off: usual, and nobody to answer
         log.info("pack of %d objects into %s stopped: %s", len(items), ns, e or "the client went away")
         return Response(status_code=400)
+    metrics_of(request).objects_stored((o.stored, o.size) for o in stored)
     return JSONResponse(m.PackStored(objects=stored).model_dump())

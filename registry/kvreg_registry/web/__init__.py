@@ -10,7 +10,7 @@ everything that came from an artifact. See docs/web-ui.md.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
@@ -49,10 +49,13 @@ def favicon() -> RedirectResponse:
     return RedirectResponse("/static/favicon.svg", status_code=301, headers=STATIC_HEADERS)
 
 
-def install(app: FastAPI) -> None:
-    """Add the pages and the static files to ``app``."""
-    for module in PAGE_MODULES:
-        app.include_router(module.router)
+def install(app: FastAPI) -> list[APIRouter]:
+    """Add the pages and the static files to ``app``; return the routers of the pages (included
+    without a prefix; the static files and the icon are the app's own routes)."""
+    routers = [module.router for module in PAGE_MODULES]
+    for router in routers:
+        app.include_router(router)
     app.mount("/static", _StaticFiles(directory=STATIC_DIR), name="static")
     app.add_api_route("/favicon.ico", favicon, methods=["GET", "HEAD"], include_in_schema=False)
     errors.install(app)
+    return routers
