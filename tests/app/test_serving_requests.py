@@ -70,35 +70,37 @@ def test_fields_that_change_nothing_are_accepted() -> None:
     }
     _chat(**changes_nothing).check()
     _completion(**{k: v for k, v in changes_nothing.items() if k != "parallel_tool_calls"}).check()
+    # and nothing else is: a field of the chat API is unknown to the completion API
+    assert _refusal(_completion, parallel_tool_calls=True).param == "parallel_tool_calls"
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("structured_outputs", {"json": {"type": "object"}}),
-        ("use_beam_search", True),
-        ("bad_words", ["no"]),
-        ("cache_salt", "salt"),
-        ("priority", 3),
-        ("chat_template", "{{ messages }}"),
-        ("add_special_tokens", True),
-        ("reasoning_effort", "low"),
-        ("include_reasoning", False),
-        ("spaces_between_special_tokens", False),
-        ("thinking_token_budget", 10),
-        ("tool_choice", "required"),
-        ("tool_choice", {"type": "function", "function": {"name": "f"}}),
-        ("top_logprobs", 2),
-        ("logprobs", True),
-        ("echo", True),
-        ("modalities", ["text", "audio"]),
-        ("stream_options", {"continuous_usage_stats": True}),
-        ("response_format", {"type": "json_schema", "json_schema": {}}),
-    ],
-)
-def test_a_refused_field_is_refused_unless_neutral(field: str, value: Any) -> None:
-    refusal = _refusal(_chat, **{field: value})
-    assert refusal.param == field and refusal.code == "unsupported_value", refusal.message
+REFUSED_CASES: list[tuple[str, Any]] = [
+    ("structured_outputs", {"json": {"type": "object"}}),
+    ("use_beam_search", True),
+    ("bad_words", ["no"]),
+    ("cache_salt", "salt"),
+    ("priority", 3),
+    ("chat_template", "{{ messages }}"),
+    ("add_special_tokens", True),
+    ("reasoning_effort", "low"),
+    ("include_reasoning", False),
+    ("spaces_between_special_tokens", False),
+    ("thinking_token_budget", 10),
+    ("tool_choice", "required"),
+    ("tool_choice", {"type": "function", "function": {"name": "f"}}),
+    ("top_logprobs", 2),
+    ("logprobs", True),
+    ("echo", True),
+    ("modalities", ["text", "audio"]),
+    ("stream_options", {"continuous_usage_stats": True}),
+    ("response_format", {"type": "json_schema", "json_schema": {}}),
+]
+
+
+def test_a_refused_field_is_refused_unless_neutral() -> None:
+    for field, value in REFUSED_CASES:
+        refusal = _refusal(_chat, **{field: value})
+        assert refusal.param == field and refusal.code == "unsupported_value", (field, refusal.message)
 
 
 def test_neutral_values_of_refused_fields_pass() -> None:
@@ -120,43 +122,43 @@ def test_neutral_values_of_refused_fields_pass() -> None:
     assert _refusal(_completion, logprobs=0).param == "logprobs"  # 0 still asks for the chosen token's
 
 
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("temperature", math.nan),
-        ("temperature", math.inf),
-        ("temperature", "0.5"),
-        ("temperature", 2.5),
-        ("top_p", 0),
-        ("max_tokens", 0),
-        ("max_tokens", -5),
-        ("max_tokens", "16"),
-        ("max_tokens", 16.0),
-        ("max_tokens", True),
-        ("seed", 1 << 64),
-        ("seed", -(1 << 63) - 1),
-        ("top_k", -2),
-        ("min_p", 1.5),
-        ("repetition_penalty", 0),
-        ("repetition_penalty", -1.0),
-        ("min_tokens", -1),
-        ("stop_token_ids", ["2"]),
-        ("logit_bias", {"5": math.nan}),
-        ("stream", "yes"),
-        ("kvreg", {"mode": "off", "extra": 1}),
-        ("kvreg", "off"),
-        ("request_id", ""),
-        ("stream_options", {"include_usage": True, "bogus": 1}),
-    ],
-)
-def test_odd_values_are_refused_naming_the_field(field: str, value: Any) -> None:
-    assert _invalid(_chat, **{field: value}) == field
+ODD_VALUES: list[tuple[str, Any]] = [
+    ("temperature", math.nan),
+    ("temperature", math.inf),
+    ("temperature", "0.5"),
+    ("temperature", 2.5),
+    ("top_p", 0),
+    ("max_tokens", 0),
+    ("max_tokens", -5),
+    ("max_tokens", "16"),
+    ("max_tokens", 16.0),
+    ("max_tokens", True),
+    ("seed", 1 << 64),
+    ("seed", -(1 << 63) - 1),
+    ("top_k", -2),
+    ("min_p", 1.5),
+    ("repetition_penalty", 0),
+    ("repetition_penalty", -1.0),
+    ("min_tokens", -1),
+    ("stop_token_ids", ["2"]),
+    ("logit_bias", {"5": math.nan}),
+    ("stream", "yes"),
+    ("kvreg", {"mode": "off", "extra": 1}),
+    ("kvreg", "off"),
+    ("request_id", ""),
+    ("stream_options", {"include_usage": True, "bogus": 1}),
+]
 
 
-@pytest.mark.parametrize("key", ["²", "٣", "+5", "-1", "5.0", "0x10", "", "9" * 5000])
-def test_logit_bias_keys_are_ascii_token_ids(key: str) -> None:
-    refusal = _refusal(_chat, logit_bias={key: 1})
-    assert refusal.param == "logit_bias"
+def test_odd_values_are_refused_naming_the_field() -> None:
+    for field, value in ODD_VALUES:
+        assert _invalid(_chat, **{field: value}) == field, (field, value)
+
+
+def test_logit_bias_keys_are_ascii_token_ids() -> None:
+    for key in ("²", "٣", "+5", "-1", "5.0", "0x10", "", "9" * 5000):
+        refusal = _refusal(_chat, logit_bias={key: 1})
+        assert refusal.param == "logit_bias", key
     assert _chat(logit_bias={" 7 ": 2.5, "00012": -1}).biases() == {7: 2.5, 12: -1.0}
 
 

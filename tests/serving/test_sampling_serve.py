@@ -85,31 +85,51 @@ def test_vllms_sampling_settings_give_the_same_text_over_a_graft(
     client: openai.OpenAI, served: Served, name: str, settings: dict[str, Any]
 ) -> None:
     prompt = f"Sampling settings ({name}) give the same draws over a grafted prefix as with no cache at all."
+    extra = settings["extra_body"]
+    expected = _engine_text(
+        served,
+        prompt,
+        12,
+        temperature=settings["temperature"],
+        seed=settings.get("seed"),
+        top_p=settings.get("top_p", 1.0),
+        top_k=extra.get("top_k", 0),
+        min_p=extra.get("min_p", 0.0),
+        repetition_penalty=extra.get("repetition_penalty", 1.0),
+    )
     plain, _ = _with_and_without_graft(client, served, prompt, f"sampling/{name}", max_tokens=12, **settings)
+    assert plain.choices[0].text == expected  # applied as kvreg.engine.sampling does, seed for seed
     greedy = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
-    assert plain.choices[0].text != greedy.choices[0].text  # applied: not the plain greedy answer
+    assert plain.choices[0].text != greedy.choices[0].text  # not the plain greedy answer
+
+
+def _engine_text(served: Served, prompt: str, steps: int, *, repetition_penalty: float, **kw: Any) -> str:
+    """The text the engine's sampler gives on a run with no cache, stopping where the server does."""
+    from kvreg.engine.sampling import Adjustments, sampler
+
+    tokens = served.on_model(served.host.text_tokens, prompt)
+    lm = served.host.lm
+    history: list[int] = []
+    adjust = Adjustments(repetition_penalty=repetition_penalty)
+    choose = sampler(kw.pop("temperature"), adjust=adjust, history=lambda: history, prompt=tokens, **kw)
+
+    def sink(token: int) -> bool:
+        history.append(token)
+        return token not in served.host.end_ids
+
+    out = served.on_model(plain_generate, lm, tokens, steps, choose=choose, on_token=sink).tokens
+    return str(lm.tokenizer.decode(out, skip_special_tokens=True))
 
 
 def test_repetition_penalty_is_hugging_faces_over_the_prompt_too(
     client: openai.OpenAI, served: Served
 ) -> None:
-    from kvreg.engine.sampling import Adjustments, sampler
-
     prompt = "A repetition penalty counts the prompt's tokens as well as the completion's tokens."
-    tokens = served.on_model(served.host.text_tokens, prompt)
-    lm = served.host.lm
-    history: list[int] = []
-    choose = sampler(0.0, adjust=Adjustments(repetition_penalty=1.8), history=lambda: history, prompt=tokens)
-
-    def sink(token: int) -> bool:
-        history.append(token)
-        return token != lm.tokenizer.eos_token_id
-
-    expected = served.on_model(plain_generate, lm, tokens, 10, choose=choose, on_token=sink).tokens
+    expected = _engine_text(served, prompt, 10, temperature=0.0, repetition_penalty=1.8)
     answer = client.completions.create(
         model=MODEL, prompt=prompt, max_tokens=10, temperature=0, extra_body={"repetition_penalty": 1.8}
     )
-    assert answer.choices[0].text == lm.tokenizer.decode(expected, skip_special_tokens=True)
+    assert answer.choices[0].text == expected
 
 
 def test_stop_token_ids_end_the_completion_with_and_without_their_text(

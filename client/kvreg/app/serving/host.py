@@ -272,12 +272,13 @@ class ModelHost:
         default: int | None = None,
         *,
         prompt_param: str = "messages",
+        max_param: str = "max_tokens",
     ) -> int:
         """The completion's token limit. ``max_tokens`` as the request asks, refused (400
         ``context_length_exceeded``) when the prompt and it do not fit the model's context;
         unset: ``default`` (the server's), else the model's ``max_new_tokens``, capped at the rest
         of the context, else the rest of the context (as vLLM). A prompt that leaves no room for
-        one token is refused (``prompt_param`` named)."""
+        one token is refused (``prompt_param`` named; ``max_param`` for a limit that does not fit)."""
         if not prompt:
             raise ApiError("the prompt has no tokens", param="prompt")
         room = self.context_length - len(prompt) if self.context_length else UNKNOWN_CONTEXT_TOKENS
@@ -294,7 +295,7 @@ class ModelHost:
                 raise ApiError(
                     f"this model's maximum context length is {context} tokens; the request asks "
                     f"for {len(prompt)} prompt tokens and up to {max_tokens} completion tokens",
-                    param="max_tokens",
+                    param=max_param,
                     code="context_length_exceeded",
                 )
             return max_tokens

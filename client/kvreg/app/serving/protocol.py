@@ -274,6 +274,10 @@ class ChatRequest(_Request):
         """The completion tokens the request asks for at most (``max_completion_tokens`` first)."""
         return self.max_completion_tokens or self.max_tokens or default
 
+    def limit_param(self) -> str:
+        """The field that sets :meth:`limit` (named when it is refused)."""
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
     def check(self) -> None:
         super().check()
         if self.logprobs or self.top_logprobs:
@@ -353,6 +357,9 @@ class CompletionRequest(_Request):
     def limit(self, default: int | None = None) -> int | None:
         """The completion tokens the request asks for at most."""
         return self.max_tokens or default
+
+    def limit_param(self) -> str:
+        return "max_tokens"
 
     def check(self) -> None:
         super().check()

@@ -209,7 +209,11 @@ def create_app(
             prompt = await in_worker(host.text_tokens, body.text_or_tokens())
         # the request's max_tokens, else the server's default, else the rest of the context (vLLM's)
         max_tokens = host.check_length(
-            prompt, body.limit(), default_max_tokens, prompt_param="messages" if chat else "prompt"
+            prompt,
+            body.limit(),
+            default_max_tokens,
+            prompt_param="messages" if chat else "prompt",
+            max_param=body.limit_param(),
         )
         min_tokens = body.min_tokens or 0
         if min_tokens > max_tokens:
