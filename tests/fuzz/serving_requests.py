@@ -41,10 +41,14 @@ DELETE = object()  # a drawn "value" that removes the field from the base reques
 
 ints = st.integers(-(2**70), 2**70) | st.sampled_from([0, 1, 2, 3, -1, -2, 2**63, -(2**63) - 1, 10**30])
 floats = st.floats() | st.sampled_from([0.0, 1e-300, 5e-324, 1e-6, 1e-5, 0.5, 1.0, 2.0, 2.5, -0.1, 1e300])
-texts = st.text(max_size=8) | st.sampled_from(["", "²", "٣", "7", "0", "auto", "none", "required", "text", "off"])
+texts = st.text(max_size=8) | st.sampled_from(
+    ["", "²", "٣", "7", "0", "auto", "none", "required", "text", "off"]
+)
 scalars = st.none() | st.booleans() | ints | floats | texts
 junk = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3), max_leaves=8
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
 )
 token_ids = st.lists(st.integers(-3, 600) | st.sampled_from([2, 10**12]), max_size=4)
 message = st.fixed_dictionaries(
@@ -68,7 +72,9 @@ TYPICAL: dict[str, Any] = {
     "stream_options": st.dictionaries(
         st.sampled_from(["include_usage", "continuous_usage_stats", "x"]), st.booleans() | junk, max_size=2
     ),
-    "response_format": st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "json_schema"])}),
+    "response_format": st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "json_object", "json_schema"])}
+    ),
     "tool_choice": st.sampled_from(["none", "auto", "required"]) | junk,
     "tools": st.lists(st.fixed_dictionaries({"type": st.just("function"), "function": junk}), max_size=2),
     "max_tokens": st.integers(-2, 70) | ints,
