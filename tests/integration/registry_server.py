@@ -49,8 +49,9 @@ class Registry:
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def start(self, port: int | None = None) -> None:
-        """Start ``kvreg serve`` on ``port`` (default: a free one) and wait until it answers."""
+    def start(self, port: int | None = None, *, args: tuple[str, ...] = ()) -> None:
+        """Start ``kvreg serve`` on ``port`` (default: a free one), with more options ``args``,
+        and wait until it answers."""
         port = port or free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = self.root / f"server-{port}.log"
@@ -67,6 +68,7 @@ class Registry:
                 str(port),
                 "--log-level",
                 "warning",
+                *args,
             ],
             env=self.env,
             stdout=log,

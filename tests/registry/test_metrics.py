@@ -9,6 +9,8 @@ The several-process side (``kvreg serve --workers N``) and a real Prometheus scr
 from __future__ import annotations
 
 import hashlib
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,9 +23,10 @@ from kvreg_registry.api.routes_packs import OBJECTS_HEADER
 from kvreg_registry.app import create_app
 from kvreg_registry.services import accounts
 from kvreg_registry.settings import Settings
-from prometheus_text import label_values, promtool_check, samples, value
+from prometheus_text import label_values, promtool_check, samples, tool, value
 from web.library import OPERATOR, Library
 
+REPO = Path(__file__).resolve().parents[2]
 NS_ROUTE = "/api/v1/namespaces/{ns}"
 BAD = "kvreg_" + "M" * 43
 
@@ -213,3 +216,30 @@ def test_the_metrics_token_guards_the_scrape(tmp_path: Path) -> None:
         assert value(text, "kvreg_http_requests_total", method="GET", route="/metrics", status="429") == 1
         assert value(text, "kvreg_auth_failures_total") == 4
         assert value(text, "kvreg_rate_limited_requests_total") == 1
+
+
+def test_the_documented_metrics_and_alerts_are_the_registrys(small: Library, tmp_path: Path) -> None:
+    """docs/administration.md lists every metric a scrape has and no other, and its suggested
+    alerts pass ``promtool check rules``."""
+    section = (
+        (REPO / "docs" / "administration.md").read_text(encoding="utf-8").split("## 12. What to watch")[1]
+    )
+    documented = set(re.findall(r"`(kvreg_[a-z_]+)`", section.split("### Suggested alerts")[0]))
+    small.publish(small.namespace(), "doc-one", "words to make a log")
+    assert small.client.get("/api/v1/log/checkpoint").status_code == 200
+    exposed = {
+        re.sub(r"_(bucket|count|sum|created)$", "", name)
+        for name, _ in samples(scrape(small))
+        if not name.endswith("_created")
+    }
+    assert documented == exposed
+    rules = re.search(r"```yaml\n(.*?)```", section.split("### Suggested alerts")[1], re.S)
+    assert rules is not None
+    (tmp_path / "rules.yml").write_text(rules.group(1))
+    done = subprocess.run(
+        [tool("promtool"), "check", "rules", str(tmp_path / "rules.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
