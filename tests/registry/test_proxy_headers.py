@@ -20,11 +20,11 @@ from fastapi.testclient import TestClient
 
 from kvreg.core.errors import ConfigError
 from kvreg_registry import server
-from kvreg_registry.api.metrics import MULTIPROC_ENV
 from kvreg_registry.app import create_app
 from kvreg_registry.settings import Settings
 
 BAD = "kvreg_" + "P" * 43
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's variable
 PROXY = ("192.0.2.10", 50000)
 STRANGER = ("198.51.100.7", 50000)
 CLIENT = "203.0.113.9"
