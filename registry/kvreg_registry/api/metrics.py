@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, multiprocess
@@ -42,6 +42,7 @@ from starlette.requests import HTTPConnection
 
 import kvreg
 from kvreg_registry.db.models import LogCheckpoint, LogHead
+from kvreg_registry.state import RegistryState
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +195,8 @@ class AuditLogCollector(Collector):
     (one short read; when the database does not answer, these samples are left out and the
     scrape still answers)."""
 
-    def __init__(self, state_of: Any) -> None:
-        self._state_of = state_of  # () -> RegistryState | None: the app's, once its lifespan began
+    def __init__(self, state_of: Callable[[], RegistryState | None]) -> None:
+        self._state_of = state_of  # the app's state, once its lifespan began
 
     def describe(self) -> Iterable[Metric]:
         return self._families()
