@@ -9,8 +9,11 @@ a cache or run on the model at the same time. With ``probe="once"`` (the default
 passed is remembered in the store, and repeat grafts of that artifact skip it. With
 ``receipts=REMOTE`` each graft's signed receipt is queued to that registry, sent from a
 thread of its own so the next request does not wait for it. A request whose client is gone
-(``Job.cancelled``) is skipped if it has not started and stops at its next token if it has;
-``stopped`` counts them. A request may ask for a plain run (``Job.mode = "off"``).
+(``Job.cancelled``) is skipped if it has not started and stops at its next token if it has.
+What the worker answered is counted in ``counters`` (``.worker.RunCounters``: tokens, grafts,
+probes, fallbacks, stops, receipts), and ``stopped`` and ``receipts`` keep only the last few
+(how many tokens a stopped request had decoded; what each receipt sent), so that memory stays
+flat however long the server runs. A request may ask for a plain run (``Job.mode = "off"``).
 
 Nothing here speaks HTTP; :mod:`.server` does.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ from kvreg.app.loader import load_engine
 from kvreg.app.prompts import ChatEnding, ChatMessages, encode_chat, encode_prompt
 from kvreg.app.serving.protocol import ApiError
 from kvreg.app.serving.textstream import TextStream
+from kvreg.app.serving.worker import ModelWorker, RunCounters
 from kvreg.core.errors import KvregError, UsageError
 from kvreg.remote.remotes import RemoteConfig
 from kvreg.store.home import Home
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 # once: a witness probe that passed is remembered per (artifact, config) and repeat grafts skip it;
 # always: every graft probes (kvreg ask's behaviour)
 PROBE_POLICIES = ("once", "always")
+RECENT = 64  # entries ``stopped`` and ``receipts`` keep (the counts are in ``counters``)
 # A model whose config states no context length: the most tokens a request may fill
 UNKNOWN_CONTEXT_TOKENS = 1 << 20
 
@@ -86,6 +92,7 @@ class JobResult:
     receipt: dict[str, Any] | None = None  # with --receipts: queued (sent from its own thread), or why not
     cpu_seconds: float = 0.0  # the server process's CPU time while the model answered this request
     knowledge_text: str = ""  # knowledge mode: the start of the text that is the verified artifact's
+    first_token_at: float | None = None  # time.perf_counter() when the first completion token came
 
     @property
     def prompt_tokens(self) -> int:
@@ -161,12 +168,12 @@ class ModelHost:
         cfg = self.lm.model.config
         text_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
         self.context_length = int(getattr(text_cfg, "max_position_embeddings", 0) or 0)
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-model")
+        self.executor = ModelWorker()
         # Receipts go out from their own thread: the next request does not wait for the registry.
         self.receipt_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvreg-receipts")
-        self.receipts: list[dict[str, Any]] = []  # what each receipt sent (or why not), in order
-        self.answered = 0  # requests run on the model
-        self.stopped: list[int] = []  # for each request cut short by its client leaving: tokens decoded
+        self.counters = RunCounters()
+        self.receipts: deque[dict[str, Any]] = deque(maxlen=RECENT)  # what the last receipts sent
+        self.stopped: deque[int] = deque(maxlen=RECENT)  # the last requests cut short: tokens decoded
         self.running: Job | None = None  # the request on the model now
 
     def close(self) -> None:
@@ -307,7 +314,7 @@ class ModelHost:
     def run(self, job: Job) -> JobResult:
         """Answer ``job`` on the model (in the worker thread): route, graft or not, decode."""
         if job.cancelled.is_set():
-            self.stopped.append(0)
+            self.counters.stop(started=False)
             log.info("serve: a request was skipped: its client left before it reached the model")
             raise Cancelled
         from kvreg.engine.sampling import Adjustments, Masks, sampler  # torch; the model is loaded by now
@@ -333,8 +340,18 @@ class ModelHost:
         finally:
             self.running = None
 
+    @property
+    def answered(self) -> int:
+        """Requests run on the model."""
+        return self.counters.answered
+
     def _run(self, job: Job, choose: Any) -> JobResult:
+        first: list[float] = []
+
         def on_token(token: int) -> bool:
+            if not first:
+                first.append(time.perf_counter())
+            self.executor.progress()
             more = job.stream.feed(token)
             if job.on_delta is not None:
                 job.on_delta()
@@ -356,13 +373,32 @@ class ModelHost:
         job.stream.finish()
         cpu = time.process_time() - cpu
         receipt = self._send_receipt(result)
-        self.answered += 1
+        self.counters.answer(result, prompt_tokens=len(job.prompt), completion_tokens=len(job.stream.tokens))
         if job.cancelled.is_set():
+            self.counters.stop(started=True)
             self.stopped.append(len(job.stream.tokens))
             log.info("serve: a request was stopped after %d tokens: its client left", len(job.stream.tokens))
         return JobResult(
-            job, result, receipt, cpu_seconds=cpu, knowledge_text=self._knowledge_text(job, result)
+            job,
+            result,
+            receipt,
+            cpu_seconds=cpu,
+            knowledge_text=self._knowledge_text(job, result),
+            first_token_at=first[0] if first else None,
         )
+
+    def health_probe(self) -> int:
+        """A forward pass of one token and a greedy step (in the worker, for ``/health``): the token
+        chosen, or an error when the model fails or answers outside its vocabulary."""
+        from kvreg.engine.router import plain_generate  # torch; the model is loaded by now
+
+        tokenizer = self.lm.tokenizer
+        start = next((t for t in (tokenizer.bos_token_id, tokenizer.eos_token_id) if t is not None), 0)
+        tokens = plain_generate(self.lm, [int(start)], 1).tokens
+        vocab = len(tokenizer)
+        if len(tokens) != 1 or not 0 <= int(tokens[0]) < vocab:
+            raise KvregError(f"the model answered {tokens!r} for one step, not a token of its vocabulary")
+        return int(tokens[0])
 
     def _knowledge_text(self, job: Job, result: AskResult) -> str:
         """In knowledge mode, the start of the answer's text that is the artifact's (the rest was decoded)."""
@@ -398,6 +434,7 @@ class ModelHost:
             sent = sender.send(Silent(), lm, witness=witness, check=None, graft=graft)
             if not sent.get("sent"):
                 log.warning("serve: the receipt of %s was not sent: %s", artifact.digest, sent)
+            self.counters.receipt(sent=bool(sent.get("sent")))
             self.receipts.append(sent)
 
         self.receipt_executor.submit(send)
