@@ -43,6 +43,26 @@ class Served:
 
 
 @contextlib.contextmanager
+def on_loopback(app: Any) -> Iterator[str]:
+    """``app`` under uvicorn on a free loopback port, in a thread: its root URL (no ``/v1``)."""
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+@contextlib.contextmanager
 def running(model: Path, name: str, root: Path, block_size: int | None = 8) -> Iterator[Served]:
     """A server on ``model`` (as ``name``) over a fresh store under ``root`` trusting one new key."""
     home = Home(root / "home").ensure()
@@ -51,23 +71,11 @@ def running(model: Path, name: str, root: Path, block_size: int | None = 8) -> I
     policy.allow("*", key.public_key)
     save_trust_policy(policy, home.trust_path)
     host = ModelHost(home, model, EngineOptions(block_size=block_size), name=name)
-    sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(host, default_max_tokens=16), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the server did not start")
-        time.sleep(0.05)
-    port = sock.getsockname()[1]
     try:
-        yield Served(f"http://127.0.0.1:{port}/v1", host, home, key)
+        with on_loopback(create_app(host, default_max_tokens=16)) as root_url:
+            yield Served(f"{root_url}/v1", host, home, key)
     finally:
-        server.should_exit = True
-        thread.join(60)
         host.close()
-        sock.close()
 
 
 @pytest.fixture(scope="module")

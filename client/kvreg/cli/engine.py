@@ -1,9 +1,10 @@
 """``kvreg engine``: the engine as a long-lived process; ``kvreg engine serve`` for now.
 
-``serve`` loads one model once under its pinned config and answers OpenAI's
-``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models`` on it, each request
-routed and grafted as ``kvreg ask`` does (``kvreg.app.serving``). It prints where it
-listens, then blocks until interrupted (Ctrl-C).
+``serve`` listens at once, loads one model under its pinned config in the background and
+answers OpenAI's ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models`` on it,
+each request routed and grafted as ``kvreg ask`` does (``kvreg.app.serving``), plus the
+operator's ``/health``, ``/version``, ``/metrics``, ``/tokenize`` and ``/detokenize``. It
+prints where it listens, then when it is ready, and blocks until interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def serve_cmd(
             "--max-tokens", min=1, max=1 << 20, help="Completion tokens when a request does not say."
         ),
     ] = 128,
+    max_queue: Annotated[
+        int | None,
+        typer.Option(
+            "--max-queue",
+            min=0,
+            max=1 << 16,
+            metavar="N",
+            help="Requests for the model that may wait besides the one it runs; past N, 429 with "
+            "Retry-After (default: 4 per usable CPU, at least 4).",
+        ),
+    ] = None,
     dtype: DtypeOpt = None,
     threads: ThreadsOpt = None,
     attn: AttnOpt = None,
@@ -98,8 +110,9 @@ def serve_cmd(
     """Serve a model over the OpenAI API, with the verified registry as its prompt cache.
 
     POST /v1/chat/completions and /v1/completions (streamed or not), GET
-    /v1/models; greedy answers are byte-identical to an uncached run
-    (docs/serving.md).
+    /v1/models; greedy answers are byte-identical to an uncached run. GET /health
+    answers 503 until the model is loaded and answers (no key needed); GET
+    /metrics is Prometheus' text format (docs/serving.md).
 
     Examples:
 
@@ -111,7 +124,7 @@ def serve_cmd(
 
       KVREG_ENGINE_API_KEY=$(openssl rand -hex 16) kvreg engine serve --model smollm2
     """
-    from kvreg.app.serving.server import EngineServeRequest, serve_engine  # FastAPI, uvicorn
+    from kvreg.app.serving.lifecycle import EngineServeRequest, serve_engine  # FastAPI, uvicorn
 
     if namespace and remote is None:
         raise UsageError("--namespace needs --remote")
@@ -129,13 +142,17 @@ def serve_cmd(
         port=port,
         api_key=api_key or None,
         default_max_tokens=max_tokens,
+        max_queue=max_queue,
         engine=bundle(dtype, threads, attn, profile, device, block_size),
     )
+
+    def listening(url: str) -> None:
+        out.note(f"kvreg engine listening at {url}; loading {model} (GET /health answers 503 until ready)")
 
     def ready(url: str, served: object) -> None:
         out.note(f"kvreg engine serving {request.name or model} at {url} (mode {mode}); Ctrl-C stops it")
 
-    serve_engine(common.home(ctx), request, out, on_ready=ready)
+    serve_engine(common.home(ctx), request, out, on_ready=ready, on_listening=listening)
 
 
 def register(app: typer.Typer) -> None:

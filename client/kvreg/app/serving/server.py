@@ -9,41 +9,46 @@ that disconnects mid-stream marks its job cancelled and the decoding stops at it
 Every error is OpenAI's error object with its status. Each answer carries kvreg's facts in
 the ``kvreg`` field (and, when not streamed, ``x-kvreg-*`` headers). A non-streamed request
 whose client disconnects is cancelled the same way, and no answer is sent. A request may ask
-for a plain run with ``{"kvreg": {"mode": "off"}}``. With an API key, every route answers
-only requests that carry it as a bearer token (401 ``invalid_api_key`` otherwise).
+for a plain run with ``{"kvreg": {"mode": "off"}}``.
 
-:func:`serve_engine` is the ``kvreg engine serve`` use case: load the model, open the remote,
-run uvicorn until interrupted. Nothing here touches the model directly.
+In front of the routes, ``.gate`` decides from the headers alone, before any body is read: the
+API key (every route but ``/health``: 401 ``invalid_api_key``), a declared body over the limit
+(413) and a place in the bounded queue for the routes that use the model (429 with
+``Retry-After``; ``.admission``). A client that leaves while its request waits for the model
+gives its place back at once and the model never runs it. The operator's routes are in
+``.ops`` (``/health``, ``/version``, ``/metrics``) and ``.tokenize_routes`` (``/tokenize``,
+``/detokenize``); ``kvreg engine serve`` itself (listen, load in the background, serve) is
+``.lifecycle``. Nothing here touches the model directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
-import uvicorn
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
-from kvreg.app.discovery import remote_source
-from kvreg.app.engine_options import EngineOptions
-from kvreg.app.feedback import Feedback, Silent
-from kvreg.app.keyring import DEFAULT_KEY_NAME
 from kvreg.app.serving import protocol
+from kvreg.app.serving import trace as traces
+from kvreg.app.serving.admission import Admission, default_max_queue
+from kvreg.app.serving.gate import Gate
+from kvreg.app.serving.health import PROBE_TIMEOUT, STALL_SECONDS, HealthCheck
 from kvreg.app.serving.host import Cancelled, Job, JobResult, ModelHost
+from kvreg.app.serving.metrics import ServeMetrics
+from kvreg.app.serving.ops import add_operation_routes
 from kvreg.app.serving.protocol import ApiError, ChatRequest, CompletionRequest
+from kvreg.app.serving.tokenize_routes import add_tokenize_routes
 from kvreg.core.errors import KvregError, UsageError
-from kvreg.store.home import Home
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,23 @@ DEFAULT_MAX_TOKENS = 128
 #: 128K-token prompt is a few MiB of JSON), far below what would strain the server's memory.
 MAX_REQUEST_BYTES = 32 << 20
 CLIENT_CLOSED = 499  # the status logged for a request whose client left before its answer (nginx's)
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client left while its request waited for the model: it was taken off the queue."""
+
+
+class _GatedApp(FastAPI):
+    """FastAPI with the front door (``.gate``) as its outermost layer: it answers from the headers
+    before FastAPI's own layers (its body limit would otherwise answer a declared oversize body
+    with plain text, and before the API key)."""
+
+    front: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return stack if self.front is None else self.front(stack)
 
 
 def _from_kvreg(exc: KvregError) -> ApiError:
@@ -85,36 +107,27 @@ def _headers(res: JobResult) -> dict[str, str]:
     return out
 
 
-def bearer_check(api_key: str | None) -> Callable[[Request], None]:
-    """A dependency that refuses (401, OpenAI's ``invalid_api_key``) a request whose
-    ``Authorization: Bearer`` is not ``api_key``; with no key, every request passes."""
-    expected = None if api_key is None else api_key.encode("utf-8")
-
-    def check(request: Request) -> None:
-        if expected is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("utf-8"), expected):
-            raise ApiError(
-                "a valid API key is required: send 'Authorization: Bearer KEY' with the server's key",
-                status=401,
-                code="invalid_api_key",
-            )
-
-    return check
-
-
 def create_app(
-    host: ModelHost, *, default_max_tokens: int = DEFAULT_MAX_TOKENS, api_key: str | None = None
+    host: ModelHost,
+    *,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    api_key: str | None = None,
+    max_queue: int | None = None,
+    health_timeout: float = PROBE_TIMEOUT,
+    health_stall: float = STALL_SECONDS,
 ) -> FastAPI:
-    """The FastAPI application serving ``host``'s model (every route behind ``api_key`` when given)."""
-    app = FastAPI(
-        title="kvreg engine serve",
-        docs_url=None,
-        redoc_url=None,
-        max_body_size=MAX_REQUEST_BYTES,
-        dependencies=[Depends(bearer_check(api_key))],
+    """The FastAPI application serving ``host``'s model: every route but ``/health`` behind
+    ``api_key`` when given; at most ``max_queue`` requests waiting for the model besides the one
+    it runs (default: ``.admission.default_max_queue``); ``/health`` judged by ``.health``."""
+    admission = Admission(default_max_queue() if max_queue is None else max_queue)
+    metrics = ServeMetrics(host, admission)
+    app = _GatedApp(
+        title="kvreg engine serve", docs_url=None, redoc_url=None, max_body_size=MAX_REQUEST_BYTES
     )
+    app.front = partial(
+        Gate, api_key=api_key, max_body=MAX_REQUEST_BYTES, admission=admission, metrics=metrics
+    )
+    app.state.admission, app.state.metrics = admission, metrics
     created = int(time.time())
 
     @app.exception_handler(ApiError)
@@ -183,9 +196,8 @@ def create_app(
         return model_card()
 
     async def in_worker(fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(host.executor, fn, *args)
+            return await _in_worker(host, fn, *args)
         except KvregError as exc:
             raise _from_kvreg(exc) from None
 
@@ -263,32 +275,70 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest, request: Request) -> Any:
-        return await complete(body, request)
+        return await _unless_gone(complete(body, request))
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
-        return await complete(body, request)
+        return await _unless_gone(complete(body, request))
 
+    settings = {
+        "max_queue": admission.max_queue,
+        "default_max_tokens": default_max_tokens,
+        "max_body_bytes": MAX_REQUEST_BYTES,
+        "api_key_required": api_key is not None,
+    }
+    health = HealthCheck(host, timeout=health_timeout, stall=health_stall)
+    add_operation_routes(app, host, metrics, health, settings)
+    add_tokenize_routes(app, host, in_worker)
     return app
 
 
-async def _watch_disconnect(request: Request, job: Job, rid: str) -> None:
+async def _unless_gone(answer: Awaitable[Any]) -> Any:
+    """``answer``, or an empty 499 when its client left while it waited for the model."""
+    try:
+        return await answer
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+
+
+async def _in_worker(host: ModelHost, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the model's thread. If the client leaves while it still waits there, it is
+    taken off the queue (never run) and :class:`ClientGone` is raised; once it runs, it runs to
+    its end (a job stops at its next token: whoever watches the job cancels it)."""
+    future = host.executor.submit(fn, *args)
+    waiting = asyncio.wrap_future(future)
+    trace = traces.current()
+    if trace is None:
+        return await waiting
+    gone = asyncio.ensure_future(trace.gone.wait())
+    either: set[asyncio.Future[Any]] = {waiting, gone}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not waiting.done():  # the client left
+        if future.cancel():
+            trace.leave("queued")
+            raise ClientGone
+        trace.leave("running")
+    return await waiting
+
+
+async def _disconnected(request: Request) -> None:
     """Wait for the client to go away (the body is read: the next ASGI message is the disconnect)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            job.cancelled.set()
-            log.info("serve: client of %s went away; its decoding stops at the next token", rid)
-            return
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _answer_or_drop(
     answer: Awaitable[JobResult], request: Request, job: Job, rid: str
 ) -> JobResult | None:
     """``answer``, or None if the client disconnects first: then the job is cancelled (it stops at
-    its next token, or is skipped if it has not started)."""
+    its next token, or ``answer``, a :func:`_in_worker`, takes it off the queue if it has not
+    started)."""
+    trace = traces.current()
     work = asyncio.ensure_future(answer)
-    watch = asyncio.ensure_future(_watch_disconnect(request, job, rid))
+    watch = asyncio.ensure_future(_disconnected(request) if trace is None else trace.gone.wait())
     try:
         await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -297,9 +347,14 @@ async def _answer_or_drop(
     finally:
         watch.cancel()
     if not work.done():  # the client left: nobody reads the answer
+        job.cancelled.set()
+        log.info("serve: client of %s went away; its decoding stops at the next token", rid)
         work.add_done_callback(_drop_cancelled)
         return None
-    return work.result()
+    res = work.result()
+    if trace is not None:
+        trace.result = res
+    return res
 
 
 async def _events(
@@ -313,7 +368,9 @@ async def _events(
         loop.call_soon_threadsafe(wake.put_nowait, None)
 
     job.on_delta = woken
-    future = loop.run_in_executor(host.executor, host.run, job)
+    trace = traces.current()
+    submitted = host.executor.submit(host.run, job)
+    future = asyncio.wrap_future(submitted)
     future.add_done_callback(lambda _: wake.put_nowait(None))
     model = host.name
     try:
@@ -335,6 +392,8 @@ async def _events(
             yield protocol.sse(err.body())
             yield protocol.DONE
             return
+        if trace is not None:
+            trace.result = res
         piece = job.stream.delta()
         if piece:
             yield protocol.sse(protocol.chunk(rid, model, chat=chat, text=piece))
@@ -347,36 +406,22 @@ async def _events(
     finally:
         if not future.done():
             job.cancelled.set()
+            queued = submitted.cancel()  # still waiting: off the queue, never run
+            if trace is not None:
+                trace.leave("queued" if queued else "running")
             log.info("serve: client of %s went away; its decoding stops at the next token", rid)
             future.add_done_callback(_drop_cancelled)
 
 
 def _drop_cancelled(future: asyncio.Future[Any]) -> None:
     """Read a cancelled job's outcome, so an error in it is logged rather than left unread."""
-    with contextlib.suppress(Cancelled, asyncio.CancelledError):
+    with contextlib.suppress(Cancelled, ClientGone, asyncio.CancelledError):
         exc = future.exception()
-        if exc is not None and not isinstance(exc, Cancelled):
+        if exc is not None and not isinstance(exc, Cancelled | ClientGone):
             log.warning("serve: a cancelled request ended with %s", exc)
 
 
-# --- the ``kvreg engine serve`` use case ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EngineServeRequest:
-    model: str | Path
-    name: str | None = None  # the model id clients send (default: --model as given)
-    remote: str | None = None
-    namespaces: Sequence[str] = ()
-    mode: str = "auto"
-    probe: str = "once"  # once: remember passed witness probes; always: probe every graft
-    receipts: str | None = None  # send each graft's signed receipt to this remote
-    receipt_key: str = DEFAULT_KEY_NAME
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None  # None: no authentication (loopback, or behind a proxy that checks)
-    default_max_tokens: int = DEFAULT_MAX_TOKENS
-    engine: EngineOptions = field(default_factory=EngineOptions)
+# --- the listening socket ---------------------------------------------------------------
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -393,40 +438,3 @@ def bind(host: str, port: int) -> socket.socket:
         ) from None
     sock.listen(128)
     return sock
-
-
-def serve_engine(
-    home: Home,
-    request: EngineServeRequest,
-    feedback: Feedback | None = None,
-    on_ready: Callable[[str, ModelHost], None] | None = None,
-) -> None:
-    """Load the model, open the remote and serve the OpenAI API until interrupted."""
-    feedback = feedback or Silent()
-    if request.namespaces and request.remote is None:
-        raise UsageError("--namespace needs --remote")
-    sock = bind(request.host, request.port)
-    with remote_source(home, request.remote, request.namespaces) as source:
-        host = ModelHost(
-            home,
-            request.model,
-            request.engine,
-            name=request.name or str(request.model),
-            mode=request.mode,
-            probe=request.probe,
-            receipts=request.receipts,
-            receipt_key=request.receipt_key,
-            remote=source,
-            feedback=feedback,
-        )
-        try:
-            app = create_app(host, default_max_tokens=request.default_max_tokens, api_key=request.api_key)
-            server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-            bound_host, bound_port = sock.getsockname()[:2]
-            where = f"[{bound_host}]" if ":" in bound_host else bound_host
-            if on_ready is not None:
-                on_ready(f"http://{where}:{bound_port}/v1", host)
-            server.run(sockets=[sock])
-        finally:
-            host.close()
-            sock.close()
