@@ -1,5 +1,6 @@
 """``kvreg engine serve`` as users start it: a real ``python -m kvreg`` process on loopback,
-answering the ``openai`` client, printing where it listens, and stopping on SIGINT."""
+printing where it listens (before the model is loaded) and when it is ready, answering the
+``openai`` client and ``/health``, and stopping on SIGINT."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 
 from cli.helpers import kvreg_env
@@ -20,7 +22,7 @@ def test_the_command_serves_the_openai_api_until_interrupted(tiny_models: Any, t
     home = tmp_path / "home"
     model = tiny_models["llama-chat"]
     cmd = [sys.executable, "-m", "kvreg", "engine", "serve", "--model", str(model), "--name", "tiny"]
-    cmd += ["--port", "0", "--block-size", "8", "--max-tokens", "6"]
+    cmd += ["--port", "0", "--block-size", "8", "--max-tokens", "6", "--max-queue", "1"]
     proc = subprocess.Popen(
         cmd, env=kvreg_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -45,6 +47,11 @@ def test_the_command_serves_the_openai_api_until_interrupted(tiny_models: Any, t
         chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
         assert chat.usage is not None and chat.usage.completion_tokens <= 6
         assert chat.model_extra["kvreg"]["mode"] == "off"  # type: ignore[index]  # an empty store
+        said = "".join(lines)
+        assert said.index("listening at") < said.index("serving")  # it listened before it loaded
+        root = match.group(1).removesuffix("/v1")
+        assert httpx.get(root + "/health", timeout=60).json()["status"] == "ok"
+        assert httpx.get(root + "/version", timeout=60).json()["server"]["max_queue"] == 1
     finally:
         proc.send_signal(signal.SIGINT)
         try:
