@@ -240,7 +240,7 @@ def test_concurrent_clients_all_get_their_answer(client: openai.OpenAI, served: 
 
 
 def test_a_dropped_stream_frees_the_model(client: openai.OpenAI, served: Served) -> None:
-    stopped_before = len(served.host.stopped)
+    stopped_before = served.host.counters.stopped
     body = {"model": MODEL, "prompt": "A long answer nobody waits for.", "max_tokens": 3000, "temperature": 0}
     with httpx.stream("POST", served.url + "/completions", json={**body, "stream": True}, timeout=120) as r:
         lines = r.iter_lines()
@@ -249,9 +249,9 @@ def test_a_dropped_stream_frees_the_model(client: openai.OpenAI, served: Served)
     answer = client.completions.create(model=MODEL, prompt="Next.", max_tokens=4, temperature=0)
     assert answer.choices[0].finish_reason == "length"
     deadline = time.monotonic() + 60
-    while len(served.host.stopped) == stopped_before and time.monotonic() < deadline:
+    while served.host.counters.stopped == stopped_before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(served.host.stopped) == stopped_before + 1
+    assert served.host.counters.stopped == stopped_before + 1
     assert served.host.stopped[-1] < 3000
 
 
@@ -347,7 +347,7 @@ def test_an_engine_failure_is_an_error_object_streamed_or_not(
 def test_a_non_streamed_request_whose_client_leaves_stops_and_frees_the_model(
     client: openai.OpenAI, served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stopped_before = len(served.host.stopped)
+    stopped_before = served.host.counters.stopped
     body = json.dumps({"model": MODEL, "prompt": "Nobody reads this.", "max_tokens": 3000, "temperature": 0})
     port = int(served.url.split(":")[-1].split("/")[0])
     caplog.set_level(logging.INFO, logger="kvreg.app.serving")
@@ -363,7 +363,7 @@ def test_a_non_streamed_request_whose_client_leaves_stops_and_frees_the_model(
     # The client is gone: the next request is answered, the dropped one stopped short of 3000 tokens.
     answer = client.completions.create(model=MODEL, prompt="Next.", max_tokens=4, temperature=0)
     assert answer.choices[0].finish_reason == "length"
-    assert len(served.host.stopped) == stopped_before + 1
+    assert served.host.counters.stopped == stopped_before + 1
     assert served.host.stopped[-1] < 3000
     assert served.host.running is None
     assert any("went away" in r.getMessage() for r in caplog.records)
