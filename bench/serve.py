@@ -26,6 +26,17 @@ and total latency (p50, p95), and whether the streamed text matched the uncached
 the shared class, cache on, and the process CPU seconds per answer. Last, one one-shot
 ``kvreg ask`` process per class, timed whole (imports, model load, answer), beside them.
 
+**Overload**: 8 clients at once against a second application over the same model with
+``--max-queue 2`` (one request on the model, two waiting): each streams one question (the three
+classes in turn) and, when refused, waits the ``Retry-After`` it was given and asks again. The
+run checks that no answer was a 5xx, that every 429 carried ``Retry-After``, that every accepted
+answer is the text of the same request sent alone, and that the server's
+``kvreg_engine_requests_rejected_total{reason="overload"}`` counted exactly the 429s the clients
+saw. It reports the figures of ``/metrics`` (time to first token and end to end by mode, tokens,
+grafts, probes) beside the clients' own timings, and checks time to first token one request at a
+time: the histogram's sum grows by the server's exact figure, and the client's (a little later:
+the HTTP and the first text chunk) should fall in the same bucket.
+
 Usage::
 
     .venv/bin/python bench/serve.py [--model smollm2] [--problems 4] [--max-tokens 16] [--json] [--quick]
@@ -67,23 +78,31 @@ def pct(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def start_server(home: Any, model: str, block_size: int | None) -> tuple[Any, Any, Any, str]:
+def serve(app: Any) -> tuple[Any, Any, str]:
+    """``app`` under uvicorn on a free loopback port, in a thread: the server, the thread, its /v1 URL."""
     import uvicorn
 
-    from kvreg.app.engine_options import EngineOptions
-    from kvreg.app.serving.host import ModelHost
-    from kvreg.app.serving.server import bind, create_app
+    from kvreg.app.serving.server import bind
 
-    host = ModelHost(home, model, EngineOptions(block_size=block_size), name=MODEL_ID)
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(host), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
         if not thread.is_alive():
             raise RuntimeError("the server did not start")
         time.sleep(0.05)
-    return host, server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def start_server(home: Any, model: str, block_size: int | None) -> tuple[Any, Any, Any, str]:
+    from kvreg.app.engine_options import EngineOptions
+    from kvreg.app.serving.host import ModelHost
+    from kvreg.app.serving.server import create_app
+
+    host = ModelHost(home, model, EngineOptions(block_size=block_size), name=MODEL_ID)
+    server, thread, url = serve(create_app(host))
+    return host, server, thread, url
 
 
 def deposit_all(host: Any, home: Any, shots: list[Any], repeats: list[Any]) -> None:
@@ -180,6 +199,144 @@ def throughput(
     }
 
 
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+TTFT = "kvreg_engine_time_to_first_token_seconds"
+E2E = "kvreg_engine_e2e_request_latency_seconds"
+CHAT = "/v1/chat/completions"
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of the server's ``/metrics``: (name, labels) -> value."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=60).text
+    return {
+        (s.name, frozenset(s.labels.items())): float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def grown(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much the samples named ``name`` that carry ``labels`` grew (summed over other labels)."""
+    want = set(labels.items())
+
+    def total(samples: Samples) -> float:
+        return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+    return total(after) - total(before)
+
+
+def by_label(before: Samples, after: Samples, name: str, label: str) -> dict[str, float]:
+    values = {dict(ls)[label] for (n, ls) in after if n == name and label in dict(ls)}
+    return {v: grown(before, after, name, **{label: v}) for v in sorted(values)}
+
+
+def server_figures(before: Samples, after: Samples) -> dict[str, Any]:
+    """What ``/metrics`` says about the requests between two scrapes."""
+    out: dict[str, Any] = {}
+    for mode in ("knowledge", "prefix", "off"):
+        n = grown(before, after, f"{TTFT}_count", route=CHAT, mode=mode)
+        if n:
+            out[f"{mode}_requests"] = n
+            out[f"{mode}_ttft_mean"] = grown(before, after, f"{TTFT}_sum", route=CHAT, mode=mode) / n
+            out[f"{mode}_e2e_mean"] = grown(before, after, f"{E2E}_sum", route=CHAT, mode=mode) / n
+    for name in ("prompt_tokens", "cached_prompt_tokens", "prefilled_tokens", "decoded_tokens"):
+        out[name] = grown(before, after, f"kvreg_engine_{name}_total")
+    out["grafts"] = by_label(before, after, "kvreg_engine_grafts_total", "mode")
+    out["witness_probes"] = by_label(before, after, "kvreg_engine_witness_probes_total", "outcome")
+    out["rejected"] = by_label(before, after, "kvreg_engine_requests_rejected_total", "reason")
+    return out
+
+
+def overload(
+    host: Any, prompts: list[list[dict[str, str]]], max_tokens: int, clients: int = 8, max_queue: int = 2
+) -> dict[str, Any]:
+    """``clients`` at once against ``--max-queue max_queue``, each retrying after its Retry-After."""
+    import openai
+
+    from kvreg.app.serving.server import create_app
+
+    server, thread, url = serve(create_app(host, max_queue=max_queue))
+    asks = [prompts[i % len(prompts)] for i in range(clients)]
+    try:
+        alone = [one_request(url, m, max_tokens)["text"] for m in asks]  # one at a time
+        before = scrape(url)
+        start = threading.Barrier(clients)
+
+        def client(i: int) -> dict[str, Any]:
+            refusals: list[str | None] = []
+            start.wait()
+            while True:
+                try:
+                    run = one_request(url, asks[i], max_tokens)
+                except openai.RateLimitError as exc:
+                    retry = exc.response.headers.get("retry-after")
+                    refusals.append(retry)
+                    time.sleep(float(retry or 1))
+                    continue
+                except openai.APIStatusError as exc:
+                    return {"status": exc.status_code, "refusals": refusals}
+                return {**run, "status": 200, "refusals": refusals}
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            results = list(pool.map(client, range(clients)))
+        wall = time.perf_counter() - t0
+        after = scrape(url)
+    finally:
+        server.should_exit = True
+        thread.join(60)
+    refusals = [r for res in results for r in res["refusals"]]
+    accepted = [res for res in results if res["status"] == 200]
+    figures = server_figures(before, after)
+    return {
+        "clients": clients,
+        "max_queue": max_queue,
+        "answered": len(accepted),
+        "refusals_429": len(refusals),
+        "retry_after_seconds": sorted({int(r) for r in refusals if r is not None}),
+        "every_429_had_retry_after": all(r is not None for r in refusals),
+        "server_errors": sum(1 for res in results if res["status"] >= 500),
+        "other_errors": sum(1 for res in results if res["status"] not in (200, *range(500, 600))),
+        "same_text_as_alone": [res.get("text") for res in results] == alone,
+        "wall_seconds": wall,
+        "client": summarize(accepted) if accepted else None,
+        "server": figures,
+        "server_counted_the_429s": figures["rejected"].get("overload") == len(refusals),
+    }
+
+
+def ttft_agreement(url: str, prompts: list[list[dict[str, str]]], max_tokens: int) -> list[dict[str, Any]]:
+    """One request at a time between two scrapes: the server's time to first token (the growth of
+    the histogram's sum), its bucket, and the client's figure beside them."""
+    rows = []
+    for messages in prompts:
+        before = scrape(url)
+        run = one_request(url, messages, max_tokens)
+        after = scrape(url)
+        server_ttft = grown(before, after, f"{TTFT}_sum", route=CHAT)
+        counts: dict[float, float] = {}  # cumulative: the requests at or under each bound
+        for (name, labels), value in after.items():
+            tags = dict(labels)
+            if name == f"{TTFT}_bucket" and tags.get("route") == CHAT:
+                bound = float(tags["le"])
+                counts[bound] = counts.get(bound, 0.0) + value - before.get((name, labels), 0.0)
+        upper = min(b for b, n in counts.items() if n >= 1)
+        lower = max([b for b in counts if b < upper], default=0.0)
+        rows.append(
+            {
+                "mode": run["mode"],
+                "server_ttft": server_ttft,
+                "client_ttft": run["ttft"],
+                "bucket": [lower, upper],
+                "client_in_bucket": lower < run["ttft"] <= upper,
+            }
+        )
+    return rows
+
+
 def one_shot(model: str, home: Path, messages: list[dict[str, str]], max_tokens: int, mode: str) -> float:
     """A whole ``kvreg ask --messages-file`` process, timed from start to exit."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -261,7 +418,14 @@ def main() -> int:
             runs = [one_request(url, m, args.max_tokens) for m in classes["shared"]]
             report["shared"][f"cache_on_probe_{probe}"] = summarize(runs)
         load = classes["shared"] * max(1, 8 // max(1, n))
+        before = scrape(url)
         report["throughput"] = [throughput(url, load, c, args.max_tokens) for c in (1, 4)]
+        report["throughput_server"] = server_figures(before, scrape(url))
+        mixed = [m for name in ("repeat", "shared", "unseen") for m in classes[name]]
+        log(f"time to first token, client and /metrics: {len(mixed)} requests one at a time")
+        report["ttft_agreement"] = ttft_agreement(url, mixed, args.max_tokens)
+        log("overload: 8 clients at once, --max-queue 2")
+        report["overload"] = overload(host, mixed, args.max_tokens)
     finally:
         server.should_exit = True
         thread.join(60)
@@ -295,8 +459,29 @@ def main() -> int:
             )
         for name, seconds in report.get("one_shot_cli_seconds", {}).items():
             print(f"one-shot kvreg ask ({name}): {seconds:.2f} s")
+        for row in report["ttft_agreement"]:
+            lo, hi = row["bucket"]
+            both = "holds both" if row["client_in_bucket"] else "holds the server's only"
+            print(
+                f"ttft ({row['mode']}): server {row['server_ttft']:.3f} s, "
+                f"client {row['client_ttft']:.3f} s, bucket ({lo:g}, {hi:g}] {both}"
+            )
+        o = report["overload"]
+        print(
+            f"overload ({o['clients']} clients, --max-queue {o['max_queue']}): {o['answered']} answered, "
+            f"{o['refusals_429']} x 429 (Retry-After {o['retry_after_seconds']}), "
+            f"{o['server_errors']} x 5xx, same text as alone: {o['same_text_as_alone']}, "
+            f"server counted the 429s: {o['server_counted_the_429s']}, {o['wall_seconds']:.2f} s"
+        )
         print(json.dumps(report))
-    ok = all(report[name]["same_text_as_uncached"] for name in ("shared", "unseen"))
+    o = report["overload"]
+    ok = all(report[name]["same_text_as_uncached"] for name in ("shared", "unseen")) and (
+        o["server_errors"] == 0
+        and o["other_errors"] == 0
+        and o["every_429_had_retry_after"]
+        and o["same_text_as_alone"]
+        and o["server_counted_the_429s"]
+    )
     return 0 if ok else 1
 
 
