@@ -421,7 +421,12 @@ def main() -> int:
         before = scrape(url)
         report["throughput"] = [throughput(url, load, c, args.max_tokens) for c in (1, 4)]
         report["throughput_server"] = server_figures(before, scrape(url))
-        mixed = [m for name in ("repeat", "shared", "unseen") for m in classes[name]]
+        # the classes in turn: repeat, shared, unseen, repeat, ...
+        mixed = [
+            m
+            for trio in zip(classes["repeat"], classes["shared"], classes["unseen"], strict=True)
+            for m in trio
+        ]
         log(f"time to first token, client and /metrics: {len(mixed)} requests one at a time")
         report["ttft_agreement"] = ttft_agreement(url, mixed, args.max_tokens)
         log("overload: 8 clients at once, --max-queue 2")
