@@ -28,6 +28,7 @@ from dataclasses import dataclass
 QUEUE_PER_CPU = 4
 MIN_DEFAULT_QUEUE = 4
 _SMOOTHING = 0.2  # weight of the newest hold time in the running mean
+_now = time.monotonic
 
 
 def usable_cpus() -> int:
@@ -63,13 +64,13 @@ class Ticket:
 
     def __init__(self, admission: Admission) -> None:
         self._admission = admission
-        self._since = time.monotonic()
+        self._since = _now()
         self.released = False
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._admission._release(time.monotonic() - self._since)
+            self._admission._release(_now() - self._since)
 
 
 class Admission:

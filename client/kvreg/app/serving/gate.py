@@ -40,9 +40,7 @@ if TYPE_CHECKING:
 OPEN_ROUTES = frozenset({"/health"})
 #: Routes that need the model's thread, hence a place in the queue (POST only).
 MODEL_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize"})
-_ROUTES = frozenset(
-    {*MODEL_ROUTES, *OPEN_ROUTES, "/v1/models", "/version", "/metrics", "/openapi.json", "/docs"}
-)
+_ROUTES = frozenset({*MODEL_ROUTES, *OPEN_ROUTES, "/v1/models", "/version", "/metrics", "/openapi.json"})
 
 
 def route_label(path: str) -> str:

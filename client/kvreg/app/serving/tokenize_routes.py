@@ -1,9 +1,9 @@
 """``POST /tokenize`` and ``POST /detokenize``, as vLLM's OpenAI server has them.
 
-``/tokenize`` takes a ``prompt`` (text; ``add_special_tokens``, default true, puts the
-tokenizer's BOS first) or chat ``messages`` (rendered with the model's template exactly as
-``/v1/chat/completions`` renders them: ``add_generation_prompt``, default true, and
-``continue_final_message``), and answers ``{"count", "max_model_len", "tokens"}`` (plus
+``/tokenize`` takes a ``prompt`` (text; ``add_special_tokens``, default true, adds the
+tokenizer's special tokens, such as a BOS) or chat ``messages`` (rendered with the model's
+template exactly as ``/v1/chat/completions`` renders them: ``add_generation_prompt``, default
+true, and ``continue_final_message``), and answers ``{"count", "max_model_len", "tokens"}`` (plus
 ``token_strs`` with ``return_token_strs``). The tokens are the prompt a completion request
 with the same text or messages would have: ``count`` is its ``usage.prompt_tokens``.
 ``/detokenize`` takes ``tokens`` and answers ``{"prompt"}``, special tokens included.
