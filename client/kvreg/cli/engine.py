@@ -84,11 +84,16 @@ def serve_cmd(
         ),
     ] = None,
     max_tokens: Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--max-tokens", min=1, max=1 << 20, help="Completion tokens when a request does not say."
+            "--max-tokens",
+            min=1,
+            max=1 << 20,
+            metavar="N",
+            help="Completion tokens when a request does not say (default: the model's max_new_tokens, "
+            "else the rest of the context, as vLLM).",
         ),
-    ] = 128,
+    ] = None,
     max_queue: Annotated[
         int | None,
         typer.Option(

@@ -44,7 +44,7 @@ class EngineServeRequest:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None  # None: no authentication (loopback, or behind a proxy that checks)
-    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    default_max_tokens: int | None = DEFAULT_MAX_TOKENS
     max_queue: int | None = None  # requests that may wait besides the running one; None: by CPUs
     engine: EngineOptions = field(default_factory=EngineOptions)
 

@@ -52,7 +52,9 @@ from kvreg.core.errors import KvregError, UsageError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 128
+#: Completion tokens when a request does not say: None, the model's ``max_new_tokens`` or the
+#: rest of the context (vLLM's default); ``kvreg engine serve --max-tokens`` sets a number.
+DEFAULT_MAX_TOKENS: int | None = None
 #: The largest request body read (413 past it): far above any prompt a context window holds (a
 #: 128K-token prompt is a few MiB of JSON), far below what would strain the server's memory.
 MAX_REQUEST_BYTES = 32 << 20
@@ -110,7 +112,7 @@ def _headers(res: JobResult) -> dict[str, str]:
 def create_app(
     host: ModelHost,
     *,
-    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    default_max_tokens: int | None = DEFAULT_MAX_TOKENS,
     api_key: str | None = None,
     max_queue: int | None = None,
     health_timeout: float = PROBE_TIMEOUT,
