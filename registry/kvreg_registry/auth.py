@@ -6,7 +6,8 @@ constant-time, so neither the database nor timing reveals a token. Roles are per
 namespace and ordered ``read`` < ``write`` < ``admin``; a server admin has every
 role everywhere; a public namespace may be read by anyone.
 
-Access failures raise typed errors (``UnauthenticatedError`` → 401,
+Access failures raise typed errors (``UnauthenticatedError`` → 401, ``UserDisabledError``
+(``USER_DISABLED``, a kind of it) → 401 for any token of a disabled user,
 ``ForbiddenError`` → 403, ``NamespaceNotFoundError`` → 404 for a private namespace
 the caller may not even read). This module does not parse HTTP headers (the API's
 dependencies do) and never logs tokens.
@@ -24,7 +25,12 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kvreg.core.errors import ForbiddenError, NamespaceNotFoundError, UnauthenticatedError
+from kvreg.core.errors import (
+    ForbiddenError,
+    NamespaceNotFoundError,
+    UnauthenticatedError,
+    UserDisabledError,
+)
 from kvreg_registry.db.models import ApiToken, Namespace, Role, User, utcnow
 
 TOKEN_PREFIX = "kvreg_"
@@ -174,7 +180,10 @@ def principal_of(token_row: TokenFields, user: UserFields) -> Principal:
     if token_row.expires_at is not None and token_row.expires_at <= now:
         raise UnauthenticatedError("this token has expired")
     if user.disabled_at is not None:
-        raise UnauthenticatedError(f"user {user.name!r} is disabled")
+        raise UserDisabledError(
+            f"user {user.name!r} is disabled: none of their tokens is accepted",
+            hint="a server admin can enable the user again (kvreg-admin user enable USER)",
+        )
     principal = Principal(user_id=user.id, name=user.name, is_admin=user.is_admin, token_id=token_row.id)
     principal.last_used_at = token_row.last_used_at
     return principal

@@ -319,6 +319,14 @@ class UnauthenticatedError(AuthError):
     code = "UNAUTHENTICATED"
 
 
+class UserDisabledError(UnauthenticatedError):
+    """The token is known, but its user is disabled (offboarded): HTTP 401. Every token and web
+    session of the user is refused until a server admin enables the user again; a new token
+    does not help."""
+
+    code = "USER_DISABLED"
+
+
 class ForbiddenError(AuthError):
     """The token is valid but lacks the role this needs: HTTP 403."""
 

@@ -9,7 +9,8 @@ details are kept, and ``details["http_status"]`` is added. An unknown code is a
 ``RemoteError`` that keeps the code in ``details["remote_code"]``; an answer with
 no code falls back on its status (401, 403, 404, 500, and 429/502/503/504 as
 ``UnavailableError``). 401 gets a hint naming the command that fixes it (``kvreg
-login NAME``), 403 one about roles unless the registry sent its own.
+login NAME``), but ``USER_DISABLED`` one saying that only a registry admin can (a new
+token would be refused too); 403 one about roles unless the registry sent its own.
 
 This module only maps; it does not send requests or retry.
 """
@@ -31,6 +32,7 @@ from kvreg.core.errors import (
     RemoteError,
     UnauthenticatedError,
     UnavailableError,
+    UserDisabledError,
     error_classes,
 )
 
@@ -98,7 +100,12 @@ def map_error(
             message += " (no such route)"
             hint = hint or "check that the remote's URL is a kvreg registry (kvreg remote list)"
     who = remote_name or "NAME"
-    if status == 401 or cls is UnauthenticatedError:
+    if issubclass(cls, UserDisabledError):
+        hint = (
+            "your user is disabled on this registry: every token of yours is refused, a new one too; "
+            "ask a registry admin (they re-enable users with: kvreg-admin user enable USER)"
+        )
+    elif status == 401 or cls is UnauthenticatedError:
         hint = (
             f"log in with a valid token: kvreg login {who} --token TOKEN "
             "(a registry admin creates tokens; a revoked or expired one must be replaced)"

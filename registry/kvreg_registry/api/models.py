@@ -478,7 +478,7 @@ class ErrorOut(BaseModel):
 
 _ERROR_MEANING: dict[int, str] = {
     400: "the request is malformed (REQUEST_INVALID, DIGEST_INVALID, NAME_INVALID, KEY_INVALID)",
-    401: "no token, or an unknown, revoked or expired one (UNAUTHENTICATED)",
+    401: "no token, an unknown, revoked or expired one (UNAUTHENTICATED), a disabled user's (USER_DISABLED)",
     403: "the token lacks the role (FORBIDDEN), or a legal hold protects the target (LEGAL_HOLD)",
     404: "the namespace, or the thing asked for in it, is not there (*_UNKNOWN)",
     409: "a conflict: REF_CONFLICT, TAG_IMMUTABLE, ALREADY_EXISTS or IN_USE",

@@ -5,7 +5,8 @@ Every ``/v2/`` route accepts, in ``Authorization``:
 - ``Bearer <OCI token>``: a scoped token from ``GET /v2/token`` (``api.oci_tokens``). It is
   verified (signature, ``exp``/``nbf``; else ``401`` with ``error="invalid_token"`` in the
   challenge), then the kvreg API token it was issued for is loaded again, on every request,
-  so that revoking that token, its expiry or disabling its user takes effect at once. A
+  so that revoking that token, its expiry or disabling its user takes effect at once (the
+  error's ``detail.kvreg_code`` then says which: ``UNAUTHENTICATED`` or ``USER_DISABLED``). A
   request about a repository the token does not name is ``401`` with
   ``error="insufficient_scope"`` and that repository's scope, so that the client asks for a
   new token; one the token names without ``pull`` is answered as the caller's present
@@ -135,9 +136,11 @@ async def principal(request: Request) -> Principal:
     return await run_in_threadpool(principal_sync, state(request), request)
 
 
-def _refused(request: Request, message: str, *, error: str, repository: str | None = None) -> OciError:
+def _refused(
+    request: Request, message: str, *, error: str, repository: str | None = None, detail: Any = None
+) -> OciError:
     header = challenge(request, error=error, repository=repository)
-    return OciError(401, "UNAUTHORIZED", message, headers={"WWW-Authenticate": header})
+    return OciError(401, "UNAUTHORIZED", message, detail, headers={"WWW-Authenticate": header})
 
 
 def _oci_principal(st: RegistryState, request: Request, token: str) -> Principal:
@@ -185,7 +188,7 @@ def _principal_of_claims(session: Session, request: Request, claims: oci_tokens.
         return principal_of(row[0], row[1])
     except UnauthenticatedError as e:
         message = f"the kvreg token this token was issued for is refused: {e.message}"
-        raise _refused(request, message, error="invalid_token") from None
+        raise _refused(request, message, error="invalid_token", detail={"kvreg_code": e.code}) from None
 
 
 # --- the token endpoint ------------------------------------------------------------------------
