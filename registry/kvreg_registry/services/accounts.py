@@ -1,4 +1,11 @@
-"""Namespaces, users, API tokens, roles and the signing keys registered per namespace."""
+"""Namespaces, users, API tokens, roles and the signing keys registered per namespace.
+
+A user may be *disabled* (:func:`set_user_disabled`, the offboarding switch): from then on
+every token of theirs is refused (``auth.principal_of``: ``401 USER_DISABLED``), so are the
+OCI tokens issued for them and their web sessions (ended at once). Their tokens, roles,
+signing keys and artifacts stay as they are, and enabling the user again gives them back
+their tokens that were neither revoked nor expired meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,13 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kvreg.core.errors import (
     AlreadyExistsError,
+    ForbiddenError,
     InvalidNameError,
     KeyNotFoundError,
     NamespaceNotFoundError,
@@ -25,9 +33,11 @@ from kvreg.core.names import validate_namespace
 from kvreg_registry import audit
 from kvreg_registry.auth import ROLE_RANK, Principal, expiry, generate_token, hash_token
 from kvreg_registry.db.engine import add_in_savepoint, rowcount
-from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, utcnow
+from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, WebSession, utcnow
 
 MAX_KEY_LABEL = 200
+#: The longest expiry a token may be given, in days (the API and the web form say the same).
+MAX_TOKEN_DAYS = 3650
 #: A key label: no control characters (``api.params.KEY_LABEL_PATTERN`` publishes it).
 KEY_LABEL_RE = re.compile(r"[^\x00-\x1f\x7f-\x9f]*")
 _USER_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
@@ -148,8 +158,8 @@ def create_token(
         principal.require_admin()
     if len(label) > 200:
         raise RequestInvalidError("a token label is at most 200 characters")
-    if expires_in_days is not None and expires_in_days < 1:
-        raise RequestInvalidError("expires_in_days must be at least 1")
+    if expires_in_days is not None and not 1 <= expires_in_days <= MAX_TOKEN_DAYS:
+        raise RequestInvalidError(f"expires_in_days must be from 1 to {MAX_TOKEN_DAYS}")
     text = generate_token()
     row = ApiToken(
         user_id=user.id, token_hash=hash_token(text), label=label, expires_at=expiry(expires_in_days)
@@ -165,15 +175,167 @@ def create_token(
     return NewToken(row.id, text, user.name, label, row.expires_at)
 
 
-def revoke_token(session: Session, principal: Principal, token_id: int) -> None:
+def revoke_token(session: Session, principal: Principal, token_id: int) -> bool:
+    """Revoke token ``token_id`` (its owner or a server admin); False when it was revoked already."""
     row = session.get(ApiToken, token_id)
     if row is None:
         raise TokenNotFoundError(f"no token {token_id}")
     if principal.user_id != row.user_id:
         principal.require_admin()
-    if row.revoked_at is None:
-        row.revoked_at = utcnow()
-        audit.append(session, "token.revoked", actor=principal.name, old={"token_id": token_id})
+    if row.revoked_at is not None:
+        return False
+    row.revoked_at = utcnow()
+    audit.append(session, "token.revoked", actor=principal.name, old={"token_id": token_id})
+    return True
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What may be shown of a token: never its text or its hash."""
+
+    id: int
+    user: str
+    label: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+    user_disabled: bool
+
+    def state(self, now: dt.datetime | None = None) -> str:
+        """``revoked``, ``expired``, ``user disabled`` (it works again if the user is enabled)
+        or ``active``."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= (now or utcnow()):
+            return "expired"
+        return "user disabled" if self.user_disabled else "active"
+
+
+def list_tokens(
+    session: Session,
+    principal: Principal,
+    *,
+    user: str | None = None,
+    include_inactive: bool = False,
+    newest_first: bool = False,
+    limit: int | None = None,
+) -> list[TokenInfo]:
+    """The tokens of ``user`` (every user's: a server admin only), by user and id or newest first;
+    revoked and expired ones only with ``include_inactive``. A user may list their own."""
+    stmt = select(
+        ApiToken.id,
+        User.name,
+        ApiToken.label,
+        ApiToken.created_at,
+        ApiToken.expires_at,
+        ApiToken.last_used_at,
+        ApiToken.revoked_at,
+        User.disabled_at,
+    ).join(User, User.id == ApiToken.user_id)
+    if user is None:
+        principal.require_admin()
+    else:
+        row = get_user(session, user)
+        if principal.user_id != row.id:
+            principal.require_admin()
+        stmt = stmt.where(ApiToken.user_id == row.id)
+    if not include_inactive:
+        stmt = stmt.where(
+            ApiToken.revoked_at.is_(None), or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow())
+        )
+    stmt = stmt.order_by(ApiToken.id.desc()) if newest_first else stmt.order_by(User.name, ApiToken.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return [
+        TokenInfo(tid, name, label, created, expires, used, revoked, disabled_at is not None)
+        for tid, name, label, created, expires, used, revoked, disabled_at in session.execute(stmt).all()
+    ]
+
+
+# --- disabling users (offboarding) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserState:
+    """What :func:`set_user_disabled` did: ``changed`` is False when the user was in that state
+    already. ``active_tokens``: the tokens that are neither revoked nor expired (refused while
+    the user is disabled, accepted again once enabled)."""
+
+    user: str
+    disabled_at: dt.datetime | None
+    changed: bool
+    active_tokens: int
+    web_sessions_ended: int = 0
+
+    @property
+    def disabled(self) -> bool:
+        return self.disabled_at is not None
+
+
+def set_user_disabled(session: Session, principal: Principal, name: str, disabled: bool) -> UserState:
+    """Disable user ``name`` (or, with ``disabled=False``, enable them again); server admins only.
+
+    Disabling refuses every token of the user from the next request on (the API, the OCI
+    tokens issued for them, object reads), and ends their web sessions here. It revokes
+    nothing and keeps their roles, keys and artifacts. The last server admin who is not
+    disabled cannot be disabled (nobody could administer the registry over HTTP any more).
+    Each change appends ``user.disabled`` or ``user.enabled``; asking for the state the user
+    is in already changes nothing and appends nothing."""
+    principal.require_admin()
+    validate_user_name(name)
+    user = session.scalar(select(User).where(User.name == name).with_for_update())
+    if user is None:
+        raise UserNotFoundError(f"no user {name!r}", hint="kvreg-admin user list")
+    active = _active_tokens(session, user.id)
+    if (user.disabled_at is not None) == disabled:
+        return UserState(name, user.disabled_at, False, active)
+    if not disabled:
+        user.disabled_at = None
+        audit.append(session, "user.enabled", actor=principal.name, new={"user": name})
+        return UserState(name, None, True, active)
+    if user.is_admin:
+        refuse_last_admin(session, user, lock=True)
+    user.disabled_at = utcnow()
+    tokens = select(ApiToken.id).where(ApiToken.user_id == user.id)
+    ended = rowcount(session.execute(delete(WebSession).where(WebSession.token_id.in_(tokens))))
+    audit.append(
+        session,
+        "user.disabled",
+        actor=principal.name,
+        new={"user": name},
+        details={"active_tokens": active, "web_sessions_ended": ended},
+    )
+    return UserState(name, user.disabled_at, True, active, ended)
+
+
+def _active_tokens(session: Session, user_id: int) -> int:
+    return (
+        session.scalar(
+            select(func.count()).where(
+                ApiToken.user_id == user_id,
+                ApiToken.revoked_at.is_(None),
+                or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow()),
+            )
+        )
+        or 0
+    )
+
+
+def refuse_last_admin(session: Session, user: User, *, lock: bool = False) -> None:
+    """``ForbiddenError`` when ``user`` is a server admin and no other one is enabled. With
+    ``lock`` (in a write transaction) the enabled admins' rows are locked on PostgreSQL, so two
+    admins disabling each other at once cannot both succeed: the second sees the first's change."""
+    if not user.is_admin:
+        return
+    stmt = select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None))
+    enabled_admins = session.scalars(stmt.with_for_update() if lock else stmt).all()
+    if set(enabled_admins) <= {user.id}:
+        raise ForbiddenError(
+            f"user {user.name!r} is the last server admin who is not disabled; disabling them would "
+            "leave nobody to administer the registry over HTTP or the web UI",
+            hint="create another server admin first: kvreg-admin user create NAME --admin",
+        )
 
 
 # --- roles --------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ KNOWN_TYPES = (
     "namespace.created",
     "namespace.visibility",
     "user.created",
+    "user.disabled",
+    "user.enabled",
     "token.created",
     "token.revoked",
     "role.set",
