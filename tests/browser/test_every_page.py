@@ -263,6 +263,7 @@ def test_each_destructive_admin_action_asks_first(visit_as: Any, server: Seeded)
         (f"#keys-{ns} form[action$='/keys/revoke'] button", f"Revoke a signing key of {ns}?"),
         (f"#roles-{ns} form[action$='/roles/remove'] button", "Remove the role of"),
         ("#token-list tr:has(.badge.ok) form button", "Revoke token"),
+        ("#user-list tr:not(:has(.badge.warn)) form[action$='/disable'] button", "Disable user"),
     ]
     for selector, heading in buttons:
         page.goto(f"/admin?ns={ns}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import urlencode
 
@@ -170,4 +171,63 @@ def test_admin_page(page: Any, server: Seeded, shot: Any) -> None:
     visit(page, "/admin")
     assert "litigation hold: case 42" not in page.content()
     assert page.locator(f"form[action^='/admin/namespaces/{server.public_ns}/']").count() == 0
+    clean(page)
+
+
+def test_an_admin_offboards_a_user_whose_session_ends(page: Any, browser: Any, server: Seeded) -> None:
+    """Disable a user from /admin (through its confirmation page): their open session ends at its
+    next request; then revoke their token from the list of every user's tokens, and enable them."""
+    from .conftest import DESKTOP, _context
+
+    name = "leaver-" + uuid.uuid4().hex[:8]
+    with server.registry.admin() as c:
+        assert c.post("/users", json={"name": name}).status_code == 201
+        made = c.post(f"/users/{name}/tokens", json={"label": "laptop"})
+        assert made.status_code == 201, made.text
+    token, token_id = made.json()["token"], made.json()["id"]
+    theirs_context = _context(browser, server, viewport=DESKTOP)
+    try:
+        theirs = theirs_context.new_page()
+        sign_in(theirs, token)
+        assert name in text(theirs, "#whoami")
+
+        sign_in(page, server.admin_token)
+        visit(page, "/admin")
+        assert "active" in text(page, f"#user-{name}")
+        with page.expect_navigation():
+            page.click(f"form#user-disable-{name} button")
+        assert f"Disable user {name}?" in text(page, "#confirm-heading")
+        visit(theirs, "/")  # nothing happened yet
+        assert name in text(theirs, "#whoami")
+        with page.expect_navigation():
+            page.click("form#confirm button[type=submit]")
+        assert "done=user-disabled" in page.url
+        assert f"User {name} disabled" in text(page, "#admin-done")
+        assert "disabled" in text(page, f"#user-{name}")
+
+        visit(theirs, "/")
+        assert theirs.locator("#whoami").count() == 0, "the disabled user's session still works"
+
+        # Their token, from the list of every user's tokens: revoked after its confirmation page.
+        visit(page, f"/admin?token_user={name}#user-tokens")
+        assert "user disabled" in text(page, f"#user-token-{token_id}")
+        with page.expect_navigation():
+            page.click(f"form#user-token-revoke-{token_id} button")
+        assert f"of user {name}" in text(page, "#confirm-message")
+        with page.expect_navigation():
+            page.click("form#confirm button[type=submit]")
+        assert "done=token-revoked" in page.url
+
+        # Enabled again: the revoked token stays refused.
+        visit(page, "/admin")
+        with page.expect_navigation():
+            page.click(f"form#user-enable-{name} button")
+        with page.expect_navigation():
+            page.click("form#confirm button[type=submit]")
+        assert "done=user-enabled" in page.url and "active" in text(page, f"#user-{name}")
+        with server.registry.http(token) as c:
+            assert c.get("/whoami").headers["x-kvreg-error-code"] == "UNAUTHENTICATED"
+        clean(theirs)
+    finally:
+        theirs_context.close()
     clean(page)

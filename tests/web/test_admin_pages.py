@@ -27,7 +27,7 @@ from kvreg_registry.web import views_admin
 from .library import Library, count_queries
 
 CSRF_INPUT = re.compile(r'name="csrf" value="([^"]+)"')
-SECTIONS = ("namespaces", "tokens", "users", "keys", "retention", "holds", "roles")
+SECTIONS = ("namespaces", "tokens", "users", "user-tokens", "keys", "retention", "holds", "roles")
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -137,10 +137,10 @@ def test_server_admin_sees_every_section_and_form(library: Library) -> None:
         match = re.search(rf'<form id="{form}"[^>]*>', html)
         assert match is not None, form
         assert 'method="post"' in match.group(0)
-    # Every form that posts carries the session's CSRF token (the namespace filter GETs);
-    # none carries a token hash.
+    # Every form that posts carries the session's CSRF token (the namespace and token filters
+    # GET); none carries a token hash.
     forms = len(re.findall(r'<form [^>]*method="post"', html))
-    assert forms == html.count("<form") - 1
+    assert forms == html.count("<form") - 2
     assert forms == len(re.findall(r'name="csrf" value="[^"]+"', html))
     with library.app_state.db.read() as s:
         hashes = s.scalars(select(ApiToken.token_hash)).all()

@@ -153,6 +153,8 @@ class Site:
         hold = library.api("POST", "/namespaces/hostile/holds", json={"ref": "alpha", "reason": PAYLOAD})
         assert hold.status_code == 201, hold.text
         self.hold_id = hold.json()["id"]
+        self.user_name = "leaver"  # a user the disable form would disable
+        assert library.api("POST", "/users", json={"name": self.user_name}).status_code == 201
         sign_in(library.client, library.admin_token)
         self.session_cookie = library.client.cookies.get("kvreg_session") or ""
         with library.app_state.db.read() as s:
@@ -220,7 +222,12 @@ def all_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, set[s
 def post_routes(site: Site) -> list[str]:
     """Every POST route of the app outside the API, path parameters filled in (``/v2/``, the OCI
     pull API, answers every POST 405 without reading it: ``tests/registry/test_oci_pull.py``)."""
-    fill = {"ns": "hostile", "token_id": str(site.token_id), "hold_id": str(site.hold_id)}
+    fill = {
+        "ns": "hostile",
+        "token_id": str(site.token_id),
+        "hold_id": str(site.hold_id),
+        "name": site.user_name,
+    }
     out = []
     for path, methods in all_routes(site.client.app.routes):
         if "POST" not in methods or path.startswith(("/api", "/v2")):

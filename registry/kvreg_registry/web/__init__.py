@@ -19,6 +19,7 @@ from starlette.types import Scope
 from kvreg_registry.web import (
     errors,
     pages_admin,
+    pages_admin_users,
     pages_artifact,
     pages_audit,
     pages_compare,
@@ -41,7 +42,15 @@ class _StaticFiles(StaticFiles):
 
 
 # Page modules, in the order their routes are matched.
-PAGE_MODULES = [pages_session, pages_library, pages_admin, pages_artifact, pages_compare, pages_audit]
+PAGE_MODULES = [
+    pages_session,
+    pages_library,
+    pages_admin,
+    pages_admin_users,
+    pages_artifact,
+    pages_compare,
+    pages_audit,
+]
 
 
 def favicon() -> RedirectResponse:

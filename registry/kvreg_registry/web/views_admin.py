@@ -6,7 +6,10 @@ time, and for that page's namespaces their signing keys, active legal holds,
 retention policies and members: one query each, ``IN`` over the namespace ids, with
 a per-namespace cap applied in SQL (``row_number() OVER (PARTITION BY namespace)``).
 The visitor's own tokens (the newest :data:`TOKENS_SHOWN`, never their hashes) and,
-for a server admin, the users (the first :data:`USERS_SHOWN` by name) complete it.
+for a server admin, the users (the first :data:`USERS_SHOWN` by name, with their state and
+how many of their tokens are neither revoked nor expired) and every user's tokens (the
+newest :data:`USER_TOKENS_SHOWN`, of one user or all, with or without the revoked and
+expired ones: :class:`TokenFilter`) complete it.
 
 Which namespaces are listed only decides what the page offers; every action goes
 through the same service functions as the API, which check the roles themselves.
@@ -19,11 +22,22 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, TypeVarTuple
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
+from kvreg.core.errors import InvalidNameError, UserNotFoundError
 from kvreg_registry.auth import Principal
-from kvreg_registry.db.models import ApiToken, LegalHold, Namespace, RetentionPolicy, Role, SigningKey, User
+from kvreg_registry.db.models import (
+    ApiToken,
+    LegalHold,
+    Namespace,
+    RetentionPolicy,
+    Role,
+    SigningKey,
+    User,
+    utcnow,
+)
+from kvreg_registry.services import accounts
 
 Ts = TypeVarTuple("Ts")
 
@@ -33,6 +47,7 @@ HOLDS_SHOWN = 50  # active holds per namespace, newest first
 MEMBERS_SHOWN = 100  # per namespace, by user name
 TOKENS_SHOWN = 100  # the visitor's own, newest first
 USERS_SHOWN = 200  # server admins only, by name
+USER_TOKENS_SHOWN = 100  # every user's (server admins only), newest first
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,16 @@ class UserRow:
     is_admin: bool
     created_at: dt.datetime
     disabled_at: dt.datetime | None
+    active_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TokenFilter:
+    """Which tokens of every user's the page lists: one user's (``user``) or all, and with or
+    without the revoked and expired ones."""
+
+    user: str = ""
+    include_inactive: bool = False
 
 
 @dataclass
@@ -108,6 +133,9 @@ class AdminView:
     token_total: int = 0
     users: list[UserRow] = field(default_factory=list)
     user_total: int = 0
+    user_tokens: list[accounts.TokenInfo] = field(default_factory=list)
+    user_tokens_more: bool = False  # more tokens match than the page shows
+    user_tokens_unknown: bool = False  # the filter names no user
 
 
 def _administered(principal: Principal) -> Select[int, str, bool, str, dt.datetime]:
@@ -255,18 +283,57 @@ def tokens_of(session: Session, principal: Principal) -> tuple[list[TokenRow], i
 
 
 def users(session: Session) -> tuple[list[UserRow], int]:
+    """The first :data:`USERS_SHOWN` users by name, each with the number of their tokens that are
+    neither revoked nor expired, and how many users there are."""
     total = session.scalar(select(func.count()).select_from(User)) or 0
+    active = (
+        select(func.count())
+        .where(
+            ApiToken.user_id == User.id,
+            ApiToken.revoked_at.is_(None),
+            or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow()),
+        )
+        .correlate(User)
+        .scalar_subquery()
+    )
     rows = session.execute(
-        select(User.name, User.is_admin, User.created_at, User.disabled_at)
+        select(User.name, User.is_admin, User.created_at, User.disabled_at, active)
         .order_by(User.name)
         .limit(USERS_SHOWN)
     ).all()
     return [UserRow(*r) for r in rows], total
 
 
-def admin_view(session: Session, principal: Principal, *, page: int = 1, name_filter: str = "") -> AdminView:
+def user_tokens(
+    session: Session, principal: Principal, wanted: TokenFilter
+) -> tuple[list[accounts.TokenInfo], bool, bool]:
+    """The newest :data:`USER_TOKENS_SHOWN` tokens ``wanted`` names (never their hashes), whether
+    more match, and whether the filter names a user that does not exist."""
+    try:
+        rows = accounts.list_tokens(
+            session,
+            principal,
+            user=wanted.user or None,
+            include_inactive=wanted.include_inactive,
+            newest_first=True,
+            limit=USER_TOKENS_SHOWN + 1,
+        )
+    except (UserNotFoundError, InvalidNameError):
+        return [], False, True
+    return rows[:USER_TOKENS_SHOWN], len(rows) > USER_TOKENS_SHOWN, False
+
+
+def admin_view(
+    session: Session,
+    principal: Principal,
+    *,
+    page: int = 1,
+    name_filter: str = "",
+    token_filter: TokenFilter | None = None,
+) -> AdminView:
     """Everything the admin page shows for ``principal`` (a bounded number of queries), for the
-    namespaces whose name contains ``name_filter``."""
+    namespaces whose name contains ``name_filter`` and, for a server admin, the tokens
+    ``token_filter`` names (default: every user's neither revoked nor expired)."""
     namespaces, total, page, pages = administered_namespaces(
         session, principal, page=page, name_filter=name_filter
     )
@@ -279,4 +346,7 @@ def admin_view(session: Session, principal: Principal, *, page: int = 1, name_fi
     view.tokens, view.token_total = tokens_of(session, principal)
     if principal.is_admin:
         view.users, view.user_total = users(session)
+        view.user_tokens, view.user_tokens_more, view.user_tokens_unknown = user_tokens(
+            session, principal, token_filter or TokenFilter()
+        )
     return view
