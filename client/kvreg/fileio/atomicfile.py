@@ -1,5 +1,8 @@
 """Crash-safe file writes: temp file, fsync, chmod, rename, fsync the directory.
 
+Folders a write needs are created by :func:`ensure_dir`, which fsyncs the parent of each new
+one: a file fsynced into a folder whose own name was never made durable can vanish with it.
+
 Every file kvreg writes (store objects, refs, envelopes, keys, the trust policy,
 caches) goes through this module, so that a crash (power loss, kill -9, an
 exception half-way) leaves either the old file or the new file,
@@ -44,6 +47,34 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         log.debug("fsync of folder %s failed: %s", directory, exc)
     finally:
         os.close(fd)
+
+
+def ensure_dir(directory: str | os.PathLike[str]) -> None:
+    """Create ``directory`` and its missing parents, each new one made durable.
+
+    A new folder is a name in its parent folder, and only an fsync of the parent writes that
+    name down: without it a power cut can take the folder, and every file fsynced inside it,
+    away (POSIX promises nothing more; ALICE's weak persistence model, which
+    ``bench/crash_states.py`` explores, finds exactly that). A folder that exists already costs
+    one ``stat``. When another writer created it first, the parent is fsynced anyway: that
+    writer may not have fsynced it yet.
+    """
+    path = Path(directory)
+    if path.is_dir():
+        return
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+        fsync_dir(folder.parent)
 
 
 def remove_quietly(path: str | os.PathLike[str]) -> None:
@@ -92,7 +123,7 @@ def install(
     content-addressed names (the bytes at ``final`` are the same either way).
     """
     tmp.chmod(mode)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(final.parent)
     if exclusive:
         try:
             os.link(tmp, final)
@@ -127,7 +158,7 @@ def atomic_write_bytes(
     """
     final = Path(path)
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(final.parent)
         where = tmp_dir if tmp_dir is not None else final.parent
         with temp_file(where, prefix=f".{final.name}.") as (f, tmp):
             f.write(data)
@@ -146,7 +177,7 @@ def append_durable(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o6
     interleave within a line of reasonable size. Used for ref logs.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent)
     created = not target.exists()
     fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:

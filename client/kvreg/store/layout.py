@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Self
 
 from kvreg.core.errors import StoreError
+from kvreg.fileio.atomicfile import ensure_dir, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +86,21 @@ class Layout:
         return self.cache_dir / "paging"
 
     def ensure(self) -> Self:
-        """Create the root and every folder of the layout (idempotent); return self."""
+        """Create the root and every folder of the layout (idempotent, and durable: the root's
+        entry and the folders' are fsynced when new); return self."""
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.root)
+            created = False
             for name in _DIRS:
                 d = self.root / name
+                created = created or not d.is_dir()
                 if name in _PRIVATE:
                     d.mkdir(mode=0o700, exist_ok=True)
                     d.chmod(0o700)
                 else:
                     d.mkdir(exist_ok=True)
+            if created:
+                fsync_dir(self.root)
         except OSError as exc:
             raise StoreError(f"cannot create the kvreg store at {self.root}: {exc}") from exc
         log.debug("store layout ready at %s", self.root)

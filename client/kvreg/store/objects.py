@@ -42,7 +42,7 @@ from typing import BinaryIO
 from kvreg.core.digest import Digest
 from kvreg.core.errors import DigestMismatchError, ObjectNotFoundError, StoreError
 from kvreg.core.timestamps import compact_micro, from_epoch
-from kvreg.fileio.atomicfile import finish, fsync_dir, install, temp_file
+from kvreg.fileio.atomicfile import ensure_dir, finish, fsync_dir, install, temp_file
 from kvreg.fileio.faults import crash_point
 from kvreg.store.absence import absence_error
 from kvreg.store.layout import Layout
@@ -80,7 +80,7 @@ def quarantine_name(hexdigest: str, *, now: float | None = None) -> str:
 
 def move_to_quarantine(path: Path, quarantine_dir: Path, hexdigest: str) -> Path:
     """Move ``path`` into ``quarantine_dir`` under a fresh timestamped name; never delete."""
-    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(quarantine_dir)
     base = quarantine_name(hexdigest)
     target = quarantine_dir / base
     n = 0
@@ -310,7 +310,7 @@ class ObjectStore:
 
     def _ensure_dirs(self) -> None:
         try:
-            self.objects_dir.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.objects_dir)  # durable: the objects linked into it depend on its name
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the object store at {self.root}: {exc}") from exc

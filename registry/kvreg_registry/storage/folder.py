@@ -37,7 +37,7 @@ from typing import BinaryIO, ClassVar
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import StoreError, UnavailableError
-from kvreg.fileio.atomicfile import TEMP_SUFFIX, fsync_dir, install, remove_quietly
+from kvreg.fileio.atomicfile import TEMP_SUFFIX, ensure_dir, fsync_dir, install, remove_quietly
 from kvreg.fileio.directio import AlignedWriter, BufferPool
 from kvreg_registry.storage.base import (
     PROBE_AREA,
@@ -171,7 +171,7 @@ class FolderStorage(ObjectStorage):
 
     def ensure_dirs(self) -> None:
         try:
-            self.objects_dir.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.objects_dir)  # durable: the objects linked into it depend on its name
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UnavailableError(f"cannot create the object storage at {self.root}: {exc}") from exc
