@@ -90,6 +90,26 @@ def test_a_file_written_into_new_folders_survives(tmp_path: Path, model: str) ->
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_a_committed_transaction_survives(tmp_path: Path, model: str) -> None:
+    """The registry's SQLite database: a transaction that committed is durable (WAL fsynced at
+    each commit: ``synchronous=FULL``), and the database is never damaged."""
+
+    def check(root: Path, acked: list[dict[str, Any]]) -> list[str]:
+        db = sqlite3.connect(root / "db.sqlite3")
+        try:
+            integrity = db.execute("PRAGMA integrity_check").fetchall()
+            rows = db.execute("SELECT count(*) FROM t").fetchone()[0]
+        finally:
+            db.close()
+        out = [] if integrity == [("ok",)] else [f"integrity_check: {integrity}"]
+        if acked and rows != 1:
+            out.append("the acknowledged row is gone")
+        return out
+
+    assert _problems(explored(tmp_path, "sqlite-commit", model, check, setup="sqlite-setup")) == []
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_an_uploaded_object_survives(tmp_path: Path, model: str) -> None:
     """The registry's folder storage: a committed upload is durable under its name (its new
     shard folder too), and nothing under an object's name is ever half-written."""

@@ -1,4 +1,4 @@
-"""Database engines and transactions for SQLite (WAL) and PostgreSQL (psycopg 3).
+"""Database engines and transactions for SQLite (WAL, every commit fsynced) and PostgreSQL (psycopg 3).
 
 ``Database`` owns one SQLAlchemy engine and hands out sessions:
 
@@ -60,7 +60,11 @@ def _install_sqlite_hooks(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        # FULL: the write-ahead log is fsynced at every commit, before the registry answers. With
+        # NORMAL (SQLite's usual WAL setting) a power cut loses the last commits: refs moved,
+        # envelopes and audit entries already acknowledged to their clients
+        # (bench/crash_states.py finds it). PostgreSQL's default is the same guarantee.
+        cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
         cursor.close()
@@ -74,7 +78,7 @@ def _install_sqlite_hooks(engine: Engine) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, foreign keys and a busy timeout."""
+    """An engine for ``url``; SQLite gets WAL with ``synchronous=FULL``, foreign keys and a busy timeout."""
     try:
         parsed = make_url(url)
     except Exception as e:
