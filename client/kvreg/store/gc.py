@@ -6,10 +6,12 @@ Envelopes younger than the grace period count as roots too, with their manifest
 and its children: that protects a deposit or pull that has stored its envelope
 but not yet moved its ref.
 
-Sweep: unreachable objects and envelopes are deleted only when their mtime is
-older than ``grace_seconds``, so the fresh objects of a deposit in progress (which
-stores objects first and moves the ref last) survive; ``ObjectStore.put_*``
-refreshes the mtime of an object it finds already stored for the same reason.
+Sweep: unreachable envelopes, then unreachable objects, are deleted only when their
+mtime is older than ``grace_seconds``, so the fresh objects of a deposit in progress
+(which stores objects first and moves the ref last) survive; ``ObjectStore.put_*``
+refreshes the mtime of an object it finds already stored for the same reason. The
+envelopes' removal is fsynced before the first object goes: no crash, not even a power
+cut, leaves an envelope whose manifest or objects are gone.
 ``*.incomplete`` leftovers in ``tmp/`` older than the grace period are removed, and so are
 abandoned pull staging folders (``tmp/pull-<hex>/``, untouched for the grace period and
 not locked by a running pull).
@@ -25,6 +27,7 @@ period.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvreg.core.digest import Digest
 from kvreg.core.errors import KvregError, ObjectNotFoundError, StoreError
+from kvreg.fileio.atomicfile import fsync_dir
 from kvreg.store.fsck import Children, default_children
 
 if TYPE_CHECKING:
@@ -173,6 +177,15 @@ def _sweep_temp(tmp_dir: Path, cutoff: float, report: GcReport) -> None:
         report.bytes_freed += st.st_size
 
 
+def _sync_folders(folders: set[Path], dry_run: bool) -> None:
+    """Make the removals in ``folders`` durable (nothing to do in a dry run)."""
+    if dry_run:
+        return
+    for folder in sorted(folders):
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(folder)
+
+
 def collect_garbage(
     home: Home,
     *,
@@ -191,6 +204,26 @@ def collect_garbage(
     with home.refs.lock():
         reachable, kept_manifests = _mark(home, children, cutoff)
 
+        # Envelopes first, made durable before any object goes: an envelope names its manifest,
+        # and one left behind (a crash, a power cut) by objects already removed is damage that
+        # fsck reports. Objects whose envelope is gone are mere garbage until the next run.
+        emptied: set[Path] = set()
+        for md in envelopes.iter_manifest_digests():
+            if md in kept_manifests:
+                continue
+            try:
+                st = envelopes.stat(md)
+                if st.st_mtime >= cutoff:
+                    continue
+                freed = st.st_size if dry_run else envelopes.remove(md)
+            except ObjectNotFoundError:
+                continue
+            emptied.add(envelopes.envelopes_dir / md.hex[:2])
+            report.removed_envelopes.append(md)
+            report.bytes_freed += freed
+        _sync_folders(emptied, dry_run)
+
+        emptied = set()
         for d in objects.iter_digests():
             if d in reachable:
                 report.kept_reachable += 1
@@ -203,21 +236,10 @@ def collect_garbage(
                 freed = st.st_size if dry_run else objects.remove(d)
             except ObjectNotFoundError:
                 continue
+            emptied.add(objects.objects_dir / d.hex[:2])
             report.removed_objects.append(d)
             report.bytes_freed += freed
-
-        for md in envelopes.iter_manifest_digests():
-            if md in kept_manifests:
-                continue
-            try:
-                st = envelopes.stat(md)
-                if st.st_mtime >= cutoff:
-                    continue
-                freed = st.st_size if dry_run else envelopes.remove(md)
-            except ObjectNotFoundError:
-                continue
-            report.removed_envelopes.append(md)
-            report.bytes_freed += freed
+        _sync_folders(emptied, dry_run)
 
         _sweep_temp(home.tmp_dir, cutoff, report)
 
