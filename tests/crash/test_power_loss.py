@@ -159,3 +159,11 @@ def test_gc_leaves_a_consistent_store(tmp_path: Path, model: str) -> None:
         return out
 
     assert _problems(explored(tmp_path, "gc", model, check, setup="gc-setup")) == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_eviction_leaves_a_consistent_store(tmp_path: Path, model: str) -> None:
+    """Disk paging after any crash: every object gone from the store is recorded as evicted
+    (fsck reports none missing; ``kvreg pull`` fetches them again)."""
+    result = explored(tmp_path, "evict", model, lambda root, acked: _fsck(root), setup="evict-setup")
+    assert _problems(result) == []

@@ -17,7 +17,8 @@ its ref yet), and never an object no ref reaches (that is ``gc``'s job). The las
 use of an object is the later of its last ``A`` line in the access log and its
 file's mtime (when it was stored). It holds the refs lock, like ``gc``, so no ref
 moves while it decides, and the leases' eviction lock, so no lease starts meanwhile;
-it records what it deleted in ``logs/evictions`` and compacts the object logs.
+it records what it deletes in ``logs/evictions`` (fsynced before the first removal, so that no
+crash leaves an object gone without its record) and compacts the object logs.
 """
 
 from __future__ import annotations
@@ -183,30 +184,33 @@ def evict(
                 order.append((used, h))
         order.sort()
 
-        evicted_now: list[Digest] = []
+        chosen: list[Digest] = []
         for used, h in order:
             if report.bytes_after <= budget:
                 break
             size = sizes[h][0]
-            d = Digest.from_hex(h)
-            if not dry_run:
-                try:
-                    objects.remove(d)
-                except ObjectNotFoundError:
-                    continue
-                evicted_now.append(d)
-            report.evicted.append({"digest": str(d), "bytes": size, "last_used": rfc3339(from_epoch(used))})
+            chosen.append(Digest.from_hex(h))
+            report.evicted.append(
+                {"digest": "sha256:" + h, "bytes": size, "last_used": rfc3339(from_epoch(used))}
+            )
             report.bytes_after -= size
             report.bytes_freed += size
 
-        if not dry_run and evicted_now:
-            shard_dirs = {objects.objects_dir / x["digest"][7:9] for x in report.evicted}
-            for sd in shard_dirs:
+        if not dry_run and chosen:
+            # The evictions are recorded (fsynced) before the first object goes: an object that a
+            # crash or a power cut takes away without its record would be reported missing by
+            # fsck, where a recorded one is fetched again by the next pull. A record whose object
+            # is still there (a crash before its removal) changes nothing.
+            with access_log.locked(home):
+                access_log.record_evictions(home, chosen, when=t_now)
+            for d in chosen:
+                with contextlib.suppress(ObjectNotFoundError):
+                    objects.remove(d)
+            for sd in sorted({objects.objects_dir / d.hex[:2] for d in chosen}):
                 with contextlib.suppress(OSError):
                     fsync_dir(sd)
             with access_log.locked(home):
-                access_log.record_evictions(home, evicted_now, when=t_now)
-                gone = {x["digest"][7:] for x in report.evicted}
+                gone = {d.hex for d in chosen}
                 try:
                     access_log.compact(home, set(sizes) - gone, access_log.read_access_log(home))
                 except (OSError, StoreError) as exc:
