@@ -167,10 +167,11 @@ def _backfill_log_nodes() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("refs", schema=None) as batch_op:
-        batch_op.drop_column("log_seq")
-    with op.batch_alter_table("envelopes", schema=None) as batch_op:
-        batch_op.drop_column("log_seq")
+    # A plain ALTER TABLE ... DROP COLUMN (SQLite has it since 3.35), not batch_alter_table:
+    # on SQLite a batch recreates the table, and dropping the old ``envelopes`` fails its
+    # foreign keys (``envelope_objects``, ``refs``) as soon as any envelope is stored.
+    op.drop_column("refs", "log_seq")
+    op.drop_column("envelopes", "log_seq")
     op.drop_table("retention_policies")
     with op.batch_alter_table("legal_holds", schema=None) as batch_op:
         batch_op.drop_index("ix_legal_holds_active")
