@@ -11,6 +11,8 @@ endpoint, a web session opened before and a new sign-in.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -184,6 +186,35 @@ def test_the_last_enabled_server_admin_cannot_be_disabled(lib: Library) -> None:
     assert lib.api("GET", "/whoami", second).json()["admin"] is True
     # A disabled admin does not count; an ordinary user is never "the last admin".
     assert _set(lib, "root", False).changed and _set(lib, second_name, True).changed
+
+
+def test_two_admins_disabling_each_other_at_once_leave_one_enabled(lib: Library) -> None:
+    """The second waits for the first's transaction, then sees that it would leave no admin."""
+    second = lib.user(admin=True)
+    second_name = _name_of_token(lib, second)
+    outcome: list[BaseException | accounts.UserState] = []
+
+    def disable_root() -> None:
+        try:
+            outcome.append(_set(lib, "root", True))
+        except BaseException as e:  # the outcome is checked below
+            outcome.append(e)
+
+    with lib.app_state.db.write() as s:
+        assert accounts.set_user_disabled(s, OPERATOR, second_name, True).changed
+        racer = threading.Thread(target=disable_root)
+        racer.start()
+        time.sleep(0.5)
+        assert racer.is_alive(), f"the second disable did not wait for the first: {outcome}"
+    racer.join(timeout=60)
+    [result] = outcome
+    assert isinstance(result, ForbiddenError) and "last server admin" in result.message, result
+    assert lib.api("GET", "/whoami").json()["admin"] is True
+    assert [e["new"]["user"] for e in _entries(lib, "user.disabled")] == [second_name]
+
+
+def _name_of_token(lib: Library, token: str) -> str:
+    return str(lib.api("GET", "/whoami", token).json()["user"])
 
 
 def test_listing_tokens_shows_everything_but_the_secret(lib: Library) -> None:

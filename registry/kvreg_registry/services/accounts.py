@@ -284,6 +284,9 @@ def set_user_disabled(session: Session, principal: Principal, name: str, disable
     is in already changes nothing and appends nothing."""
     principal.require_admin()
     validate_user_name(name)
+    # Disabling locks the enabled admins first, in id order, then the user: two admins
+    # disabling each other at once wait for one another instead of deadlocking (PostgreSQL).
+    admins = _enabled_admins(session, lock=True) if disabled else None
     user = session.scalar(select(User).where(User.name == name).with_for_update())
     if user is None:
         raise UserNotFoundError(f"no user {name!r}", hint="kvreg-admin user list")
@@ -294,8 +297,7 @@ def set_user_disabled(session: Session, principal: Principal, name: str, disable
         user.disabled_at = None
         audit.append(session, "user.enabled", actor=principal.name, new={"user": name})
         return UserState(name, None, True, active)
-    if user.is_admin:
-        refuse_last_admin(session, user, lock=True)
+    refuse_last_admin(session, user, admins)
     user.disabled_at = utcnow()
     tokens = select(ApiToken.id).where(ApiToken.user_id == user.id)
     ended = rowcount(session.execute(delete(WebSession).where(WebSession.token_id.in_(tokens))))
@@ -322,15 +324,22 @@ def _active_tokens(session: Session, user_id: int) -> int:
     )
 
 
-def refuse_last_admin(session: Session, user: User, *, lock: bool = False) -> None:
-    """``ForbiddenError`` when ``user`` is a server admin and no other one is enabled. With
-    ``lock`` (in a write transaction) the enabled admins' rows are locked on PostgreSQL, so two
-    admins disabling each other at once cannot both succeed: the second sees the first's change."""
+def _enabled_admins(session: Session, *, lock: bool) -> set[int]:
+    """The ids of the server admins who are not disabled; with ``lock`` (a write transaction)
+    their rows are locked in id order on PostgreSQL, so that of two admins disabling each other
+    at once the second waits, then sees the first's change (READ COMMITTED reads it again)."""
+    stmt = select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None)).order_by(User.id)
+    return set(session.scalars(stmt.with_for_update() if lock else stmt).all())
+
+
+def refuse_last_admin(session: Session, user: User, enabled_admins: set[int] | None = None) -> None:
+    """``ForbiddenError`` when ``user`` is a server admin and no other one is enabled
+    (``enabled_admins``: their ids, read already; else read here, without a lock)."""
     if not user.is_admin:
         return
-    stmt = select(User.id).where(User.is_admin.is_(True), User.disabled_at.is_(None))
-    enabled_admins = session.scalars(stmt.with_for_update() if lock else stmt).all()
-    if set(enabled_admins) <= {user.id}:
+    if enabled_admins is None:
+        enabled_admins = _enabled_admins(session, lock=False)
+    if enabled_admins <= {user.id}:
         raise ForbiddenError(
             f"user {user.name!r} is the last server admin who is not disabled; disabling them would "
             "leave nobody to administer the registry over HTTP or the web UI",
