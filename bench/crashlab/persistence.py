@@ -94,6 +94,7 @@ class Analysis:
             self._split(i, op)
         self.start.append(len(self.units))
         self._forced = self._compute_forced()
+        self._first_forced: dict[int, int] | None = None
 
     # --- units -----------------------------------------------------------------------------
 
@@ -156,6 +157,16 @@ class Analysis:
     def forced(self, c: int) -> int:
         """The units every state at crash point ``c`` holds."""
         return self._forced[c]
+
+    def exposed(self, i: int) -> int:
+        """The last crash point at which operation ``i``'s first unit is not yet durable."""
+        if self._first_forced is None:
+            first: dict[int, int] = {}
+            for c in range(1, len(self._forced)):
+                for u in bits(self._forced[c] & ~self._forced[c - 1]):
+                    first[u] = c
+            self._first_forced = first
+        return self._first_forced.get(self.start[i], len(self.ops) + 1) - 1
 
     # --- ordering rules --------------------------------------------------------------------
 

@@ -334,6 +334,8 @@ def _push(base: Base, work: Path, *, source: str, target: str, **env: str) -> Pl
 def _audit(base: Base, work: Path) -> Plan:
     home = _copy(base.puller, work / "home")
     data = _copy(base.registry.parent, work / "registry") / "data"
+    with serving(data, base.port):
+        kvreg(home, "login", "origin", "--token", base.token)  # the log's entries need a reader
     steps = [
         *_registry_acks(base, "registry"),
         _serve(base, data),
