@@ -2,7 +2,7 @@
 # The real services the test suite runs against: PostgreSQL, SeaweedFS (S3), three OCI
 # registries (CNCF distribution, Debian's docker-registry) and Debian's skopeo, a second
 # OCI client; it also installs the Debian tools some tests run themselves (prometheus with
-# promtool, nginx).
+# promtool, nginx, strace).
 #
 #   scripts/services.sh start    start them all (idempotent: running services are kept)
 #   scripts/services.sh stop     stop them all
@@ -515,19 +515,21 @@ oci_stop() {
     rm -f "$OCI_DIR/$name/registry.pid"
 }
 
-# --- Debian tools the tests run: Prometheus and nginx ------------------------------------
+# --- Debian tools the tests run: Prometheus, nginx and strace ------------------------------
 
 # `prometheus` brings promtool (the tests check every /metrics answer with `promtool check
 # metrics`) and the Prometheus server (a test scrapes a registry with it); `nginx` is the reverse
 # proxy of the deployment docs, run by a test in front of `kvreg serve`. The tests start their
-# own instances on free loopback ports; these packages' system services are not used.
-TOOL_PACKAGES="prometheus nginx"
+# own instances on free loopback ports; these packages' system services are not used. `strace`
+# records the file-system calls of the power-loss tests (tests/crash/test_power_loss.py,
+# bench/crash_states.py).
+TOOL_PACKAGES="prometheus nginx strace"
 
 tools_install() {
     command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v nginx >/dev/null &&
-        return 0
+        command -v strace >/dev/null && return 0
     if ! is_root; then
-        die "promtool, prometheus or nginx is not installed. Install them, then run this again:
+        die "promtool, prometheus, nginx or strace is not installed. Install them, then run this again:
     sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $TOOL_PACKAGES"
     fi
     log "installing Debian's $TOOL_PACKAGES (apt-get install)"
@@ -536,6 +538,7 @@ tools_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $TOOL_PACKAGES
     command -v promtool >/dev/null || die "apt-get ran but promtool is still missing"
     command -v nginx >/dev/null || die "apt-get ran but nginx is still missing"
+    command -v strace >/dev/null || die "apt-get ran but strace is still missing"
 }
 
 # --- commands -------------------------------------------------------------------------
