@@ -63,3 +63,12 @@ def test_a_failed_write_gives_the_turn_back(tmp_path: Path) -> None:
     with db.read() as s:
         assert s.execute(text("SELECT n FROM counter")).scalar_one() == 1  # the failed one rolled back
     db.dispose()
+
+
+def test_sqlite_commits_are_durable_when_they_return(tmp_path: Path) -> None:
+    """``synchronous=FULL``: the write-ahead log is fsynced at every commit, before the registry
+    answers (NORMAL loses the last commits in a power cut: tests/crash/test_power_loss.py)."""
+    db = counter_db(tmp_path)
+    with db.write() as s:
+        assert s.execute(text("PRAGMA synchronous")).scalar_one() == 2
+        assert s.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"

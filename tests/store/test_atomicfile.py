@@ -66,3 +66,30 @@ def test_exclusive_writes_never_replace(tmp_path):
         atomic_write_bytes(path, b"three", exclusive=True)
     assert path.read_bytes() == b"two"
     assert sorted(os.listdir(tmp_path)) == ["f.json"]
+
+
+def test_ensure_dir_fsyncs_the_parent_of_each_new_folder(tmp_path, monkeypatch):
+    """A new folder is a name in its parent: each parent is fsynced once the folder exists, so
+    that a power cut cannot take the folder (and the files fsynced into it) away."""
+    synced: list[str] = []
+    monkeypatch.setattr(atomic, "fsync_dir", lambda d: synced.append(os.fspath(d)))
+    atomic.ensure_dir(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    assert synced == [str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    synced.clear()
+    atomic.ensure_dir(tmp_path / "a" / "b" / "c")
+    assert synced == []  # there already: one stat, no fsync
+
+
+def test_atomic_write_into_new_folders_makes_them_durable(tmp_path, monkeypatch):
+    synced: list[str] = []
+    real = atomic.fsync_dir
+    monkeypatch.setattr(atomic, "fsync_dir", lambda d: (synced.append(os.fspath(d)), real(d)))
+    atomic_write_bytes(tmp_path / "new" / "file", b"x")
+    assert synced == [str(tmp_path), str(tmp_path / "new")]  # the new folder's name, then the file's
+
+
+def test_ensure_dir_refuses_a_file_in_the_way(tmp_path):
+    (tmp_path / "a").write_bytes(b"not a folder")
+    with pytest.raises(OSError):
+        atomic.ensure_dir(tmp_path / "a" / "b")

@@ -203,3 +203,44 @@ def test_abandoned_pull_staging_is_removed_unless_fresh_or_locked(home):
         os.close(fd)
     assert report.removed_temp == [old]
     assert not old.exists() and locked.exists() and fresh.exists() and other.exists()
+
+
+def test_envelopes_go_and_are_made_durable_before_any_object(home, monkeypatch):
+    """An envelope left behind by objects already removed is damage (fsck: envelope-orphan):
+    gc removes the envelopes first and fsyncs their folders before the first object goes."""
+    from kvreg.store import gc as gc_module
+
+    _deposit(home, "ns/dead", [b"d1", b"d2"])
+    home.refs.delete(RefName.parse("ns/dead"))
+    _age_all(home)
+    events: list[str] = []
+    objects_remove, envelopes_remove = home.objects.remove, home.envelopes.remove
+    monkeypatch.setattr(home.objects, "remove", lambda d: (events.append("object"), objects_remove(d))[1])
+    monkeypatch.setattr(
+        home.envelopes, "remove", lambda d: (events.append("envelope"), envelopes_remove(d))[1]
+    )
+    monkeypatch.setattr(gc_module, "fsync_dir", lambda d: events.append(f"fsync {os.path.basename(d)}"))
+    collect_garbage(home, children=json_children)
+    first_object = events.index("object")
+    assert events[:first_object][0] == "envelope"
+    assert any(e.startswith("fsync") for e in events[:first_object]), events
+
+
+def test_gc_killed_after_its_first_object_leaves_a_store_fsck_accepts(home, monkeypatch):
+    from kvreg.store.fsck import fsck
+
+    _deposit(home, "ns/kept", [b"k1"])
+    _deposit(home, "ns/dead", [b"d1", b"d2"])
+    home.refs.delete(RefName.parse("ns/dead"))
+    _age_all(home)
+    objects_remove = home.objects.remove
+
+    def killed(d):
+        objects_remove(d)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(home.objects, "remove", killed)
+    with pytest.raises(SystemExit):
+        collect_garbage(home, children=json_children)
+    monkeypatch.undo()
+    assert fsck(home, children=json_children).ok

@@ -340,3 +340,22 @@ def test_pins_file_and_logs_live_where_documented(home):
     assert json.loads((home.root / "pins.json").read_text()) == {"pins": []}
     assert (home.cache_dir / "paging" / "access.log").is_file()
     assert (home.logs_dir / "evictions").is_file()
+
+
+def test_evictions_are_recorded_before_the_objects_go(home, monkeypatch):
+    """An object removed without its record is reported missing by fsck: a crash between the
+    two must leave the record, so it is written (fsynced) first."""
+    _deposit(home, "ns/a", [_blob("a1"), _blob("a2")])
+    objects_remove = home.objects.remove
+
+    def killed(d):
+        objects_remove(d)
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(home.objects, "remove", killed)
+    with pytest.raises(SystemExit):
+        _evict(home, 1)
+    monkeypatch.undo()
+    report = fsck(home, children=json_children)
+    assert report.ok, report.problems
+    assert len(report.evicted) == 1
