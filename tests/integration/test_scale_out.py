@@ -35,7 +35,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,7 +250,9 @@ def same_bytes(src: Home, dst: Home, digest: Digest) -> bool:
         return y.read(1) == b""
 
 
-def test_scale_out_behind_nginx_survives_a_backend_killed_mid_transfer(tmp_path: Path) -> None:
+def test_scale_out_behind_nginx_survives_a_backend_killed_mid_transfer(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
     key = SigningKey.generate()
     sources = [tmp_path / f"src{i}" for i in range(ARTIFACTS)]
     sizes = [deposit(src, key, f"a{i}", seed=i) for i, src in enumerate(sources)]
@@ -313,7 +315,8 @@ def test_scale_out_behind_nginx_survives_a_backend_killed_mid_transfer(tmp_path:
         "audit_entries_verified": verified["size"],
         "fsck_leftovers": len(fsck["leftovers"]),
     }
-    print("\nscale-out behind nginx:", json.dumps(figures, indent=1))
+    print("\nscale-out behind nginx:", json.dumps(figures, indent=1))  # pytest -s shows them
+    record_property("scale_out_figures", json.dumps(figures))  # and --junitxml keeps them
     for phase in (push, pull):
         t = traffic(phase.requests)
         assert max(phase.open_at_kill) >= KILL_AFTER, f"{phase.name}: the kill cut no transfer"
