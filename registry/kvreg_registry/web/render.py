@@ -24,8 +24,10 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 import kvreg
+from kvreg_registry.web.markdown import plain_summary, render_markdown
 from kvreg_registry.web.model_summary import listing_name
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, apply_cookies
+from kvreg_registry.web.status import tone_of, verdict_status
 
 HERE = Path(__file__).parent
 TEMPLATES_DIR = HERE / "templates"
@@ -68,6 +70,31 @@ def format_time(value: object) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def iso_time(value: object) -> str:
+    """``2026-12-06T04:18:00Z``: a ``<time datetime>`` value."""
+    if not isinstance(value, dt.datetime):
+        return ""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def relative_time(value: object, now: dt.datetime | None = None) -> str:
+    """ "just now", "3 min ago", "5 h ago", "2 days ago"; the date beyond 30 days (or ahead of now)."""
+    if not isinstance(value, dt.datetime):
+        return "–" if value is None else str(value)
+    when = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    seconds = ((now or dt.datetime.now(dt.UTC)) - when).total_seconds()
+    if seconds < -60 or seconds >= 30 * 86400:
+        return when.astimezone(dt.UTC).strftime("%Y-%m-%d")
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return f"{days} day{'' if days == 1 else 's'} ago"
+
+
 def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -84,7 +111,13 @@ def _environment() -> Environment:
     env.filters["size"] = human_size
     env.filters["time"] = format_time
     env.filters["json"] = pretty_json
+    env.filters["isotime"] = iso_time
+    env.filters["ago"] = relative_time
+    env.globals["status_tone"] = tone_of
+    env.globals["verdict_status"] = verdict_status
     env.filters["model_name"] = listing_name
+    env.filters["markdown"] = render_markdown  # sanitized (web.markdown): the one unescaped user text
+    env.filters["summary"] = plain_summary
     env.globals["listing_name"] = listing_name
     env.globals["version"] = kvreg.__version__
     env.globals["csrf_field"] = CSRF_FIELD
