@@ -20,6 +20,7 @@ from kvreg_registry.api.params import (
     USER_PATTERN,
     documented,
 )
+from kvreg_registry.services.accounts import MAX_DESCRIPTION
 
 
 def _takes_int(annotation: object) -> bool:
@@ -75,14 +76,24 @@ class PackStored(BaseModel):
 class NamespaceIn(Strict):
     name: str = Field(json_schema_extra=documented(NAMESPACE_PATTERN))
     public: StrictBool = False
-    description: str = Field(default="", max_length=2000)
+    description: str = Field(default="", max_length=MAX_DESCRIPTION, description="Markdown")
+
+
+class NamespacePatch(Strict):
+    """The fields of a namespace its admins may change (``PATCH``)."""
+
+    description: str = Field(max_length=MAX_DESCRIPTION, description="Markdown; '' clears it")
 
 
 class NamespaceOut(BaseModel):
     name: str
     public: bool
-    description: str
+    description: str = Field(description="Markdown")
     created_at: str
+    description_updated_at: str | None = Field(default=None, description="when the description was last set")
+    description_updated_by: str | None = Field(
+        default=None, description="who last set it (null: at creation)"
+    )
 
 
 class NamespaceList(BaseModel):

@@ -27,7 +27,12 @@ def iso(t: dt.datetime | None) -> str | None:
 
 def _namespace_out(ns: Namespace) -> m.NamespaceOut:
     return m.NamespaceOut(
-        name=ns.name, public=ns.public, description=ns.description, created_at=iso(ns.created_at) or ""
+        name=ns.name,
+        public=ns.public,
+        description=ns.description,
+        created_at=iso(ns.created_at) or "",
+        description_updated_at=iso(ns.description_updated_at),
+        description_updated_by=ns.description_updated_by,
     )
 
 
@@ -105,6 +110,19 @@ def create_namespace(
 def get_namespace(ns: NsPath, access: NamespaceAccess = Depends(namespace_access)) -> m.NamespaceOut:
     with access.read() as (_s, namespace):
         return _namespace_out(namespace)
+
+
+@router.patch(
+    "/namespaces/{ns}",
+    responses=m.errors(400, 403, 404),
+    response_model=m.NamespaceOut,
+    summary="Change a namespace's description (its admins)",
+)
+def update_namespace(
+    ns: NsPath, body: m.NamespacePatch, access: NamespaceAccess = Depends(namespace_access)
+) -> m.NamespaceOut:
+    with access.write("admin") as (s, _namespace):
+        return _namespace_out(accounts.set_namespace_description(s, access.who, ns, body.description))
 
 
 @router.post(

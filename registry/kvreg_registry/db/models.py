@@ -119,8 +119,11 @@ class Namespace(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     public: Mapped[bool] = mapped_column(Boolean, default=False)
-    description: Mapped[str] = mapped_column(Text, default="")
+    description: Mapped[str] = mapped_column(Text, default="")  # Markdown (web.markdown renders it)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Who last set the description and when (migration 0009); NULL while it was never set.
+    description_updated_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    description_updated_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # Some envelope stored before migration 0007 may lack its OCI manifests: the first /v2/
     # lookup here that misses writes them and clears it (services.oci.backfill, migration 0008).
     oci_backfill_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

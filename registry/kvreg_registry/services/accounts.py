@@ -36,10 +36,13 @@ from kvreg_registry.db.engine import add_in_savepoint, rowcount
 from kvreg_registry.db.models import ApiToken, Namespace, Role, SigningKey, User, WebSession, utcnow
 
 MAX_KEY_LABEL = 200
+#: A namespace's description (Markdown), in characters: the API, the web form and the CLI say the same.
+MAX_DESCRIPTION = 10_000
 #: The longest expiry a token may be given, in days (the API and the web form say the same).
 MAX_TOKEN_DAYS = 3650
 #: A key label: no control characters (``api.params.KEY_LABEL_PATTERN`` publishes it).
 KEY_LABEL_RE = re.compile(r"[^\x00-\x1f\x7f-\x9f]*")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _USER_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}", re.ASCII)
 
 
@@ -90,9 +93,13 @@ def create_namespace(
 ) -> Namespace:
     principal.require_admin()
     validate_namespace(name)
+    description = validate_description(description)
     if session.scalar(select(Namespace.id).where(Namespace.name == name)) is not None:
         raise AlreadyExistsError(f"namespace {name!r} exists already")
-    ns = Namespace(name=name, public=public, description=description)
+    now = utcnow()
+    ns = Namespace(name=name, public=public, description=description, created_at=now)
+    if description:
+        ns.description_updated_at, ns.description_updated_by = now, principal.name
     _add_unique(session, ns, f"namespace {name!r} exists already")
     audit.append(
         session,
@@ -100,6 +107,37 @@ def create_namespace(
         actor=principal.name,
         namespace=name,
         new={"public": public, "description": description},
+    )
+    return ns
+
+
+def validate_description(text: str) -> str:
+    """A namespace description as stored: Markdown, trailing blanks dropped, at most
+    :data:`MAX_DESCRIPTION` characters and no control characters but tab and newline."""
+    text = text.replace("\r\n", "\n").rstrip()
+    if len(text) > MAX_DESCRIPTION:
+        raise RequestInvalidError(f"the field 'description' is longer than {MAX_DESCRIPTION} characters")
+    if _CONTROL_RE.search(text):
+        raise RequestInvalidError("the field 'description' holds a control character")
+    return text
+
+
+def set_namespace_description(
+    session: Session, principal: Principal, name: str, description: str
+) -> Namespace:
+    """Replace the description of namespace ``name`` (its admins, and server admins); logged as
+    ``namespace.description`` with the old and new text. Setting the same text again changes
+    nothing and logs nothing."""
+    ns = get_namespace(session, name)
+    principal.require(session, ns, "admin")
+    description = validate_description(description)
+    if description == ns.description:
+        return ns
+    old = ns.description
+    ns.description = description
+    ns.description_updated_at, ns.description_updated_by = utcnow(), principal.name
+    audit.append(
+        session, "namespace.description", actor=principal.name, namespace=name, old=old, new=description
     )
     return ns
 

@@ -23,7 +23,9 @@ from kvreg_registry.web import (
     pages_artifact,
     pages_audit,
     pages_compare,
+    pages_glossary,
     pages_library,
+    pages_namespace,
     pages_session,
 )
 from kvreg_registry.web.render import STATIC_DIR
@@ -47,9 +49,11 @@ PAGE_MODULES = [
     pages_library,
     pages_admin,
     pages_admin_users,
+    pages_namespace,
     pages_artifact,
     pages_compare,
     pages_audit,
+    pages_glossary,
 ]
 
 

@@ -25,6 +25,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 import kvreg
 from kvreg_registry.web.markdown import plain_summary, render_markdown
+from kvreg_registry.web import glossary
+from kvreg_registry.web.markdown import plain_summary, render_markdown
 from kvreg_registry.web.model_summary import listing_name
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, apply_cookies
 from kvreg_registry.web.status import tone_of, verdict_status
@@ -116,6 +118,10 @@ def _environment() -> Environment:
     env.globals["status_tone"] = tone_of
     env.globals["verdict_status"] = verdict_status
     env.filters["model_name"] = listing_name
+    env.filters["markdown"] = render_markdown  # sanitized (web.markdown): the one unescaped user text
+    env.filters["summary"] = plain_summary
+    env.globals["glossary_short"] = glossary.short
+    env.globals["glossary_word"] = glossary.word
     env.filters["markdown"] = render_markdown  # sanitized (web.markdown): the one unescaped user text
     env.filters["summary"] = plain_summary
     env.globals["listing_name"] = listing_name

@@ -55,6 +55,7 @@ MAX_FILTER_LEN = 64
 KNOWN_TYPES = (
     "namespace.created",
     "namespace.visibility",
+    "namespace.description",
     "user.created",
     "user.disabled",
     "user.enabled",
