@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kvreg_registry.web import pages_library
 from kvreg_registry.web.views_library import natural_key, prefix_edges
 
 from .conftest import open_library
@@ -104,12 +105,17 @@ def test_the_home_page_gives_an_overview_and_a_growth_chart(library: Library) ->
     assert '<strong id="stat-namespaces">1</strong>' in html
     recent = re.search(r'<ul id="recent".*?</ul>', html, re.S)
     assert recent is not None and "Alpha title" in recent.group(0) and "Hidden title" not in html
-    svg = re.search(r'<svg class="chart timeline".*?</svg>', html, re.S)
-    assert svg is not None
-    assert 'role="img"' in svg.group(0) and "<title" in svg.group(0)
-    assert "2 artifacts stored and 0 graft receipts" in svg.group(0)
-    assert not re.search(r"#[0-9a-fA-F]{3,6}\b", svg.group(0)), "colours come from CSS"
-    assert 'id="timeline-data"' in html  # the same numbers as a table
+    # One day of activity: a sentence and the numbers, no chart (bars of one day say nothing).
+    assert 'class="chart timeline"' not in html
+    assert "2 artifacts stored on 1 day so far" in html
+    assert 'id="timeline-data"' in html  # the numbers as a table
+    # Three days: the chart, drawn from the same numbers.
+    svg = pages_library.timeline([("2026-01-01", 1, 0), ("2026-01-02", 0, 2), ("2026-01-05", 1, 1)])
+    assert svg is not None and str(svg).startswith('<svg class="chart timeline"')
+    assert 'role="img"' in svg and "<title" in svg
+    assert "2 artifacts stored and 3 graft receipts" in svg
+    assert not re.search(r"#[0-9a-fA-F]{3,6}\b", svg), "colours come from CSS"
+    assert pages_library.timeline([("2026-01-01", 1, 0), ("2026-01-02", 1, 0)]) is None
     # A search shows results only.
     assert 'id="overview"' not in library.client.get("/", params={"q": "alpha"}).text
 
@@ -155,7 +161,7 @@ def test_the_overview_the_lineage_and_the_namespace_list_on_postgresql(tmp_path:
             lib.publish(ns, "add-191-413", "one two three four five six seven eight", title="Short")
             lib.publish(ns, "add-1467665", "one two three four five six seven eight nine ten", title="Long")
             html = lib.client.get("/").text
-            assert '<strong id="stat-artifacts">2</strong>' in html and 'class="chart timeline"' in html
+            assert '<strong id="stat-artifacts">2</strong>' in html and 'id="timeline-data"' in html
             html = lib.client.get(f"/ns/{ns}").text
             assert 'class="chart lineage"' in html
             assert html.index("refs/add-191-413") < html.index("refs/add-1467665")

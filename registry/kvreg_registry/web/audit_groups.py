@@ -20,6 +20,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from kvreg_registry.db.models import Envelope, Namespace
+from kvreg_registry.web import audit_sentences
 from kvreg_registry.web.views_audit import EntryRow, summarize
 
 PUSH_TYPES = frozenset(
@@ -135,6 +136,8 @@ def group(rows: list[EntryRow], names: dict[tuple[str, str], str]) -> list[Group
         row.summary = (receipt_summary(row.doc, own) if row.type == "graft.receipt" else None) or summarize(
             row.doc, own
         )
+        row.sentence = audit_sentences.sentence(row.type, row.actor, row.namespace, row.doc, own)
+        row.links = audit_sentences.links(row.namespace, row.doc)
     groups: list[_Open] = []
     for row in reversed(rows):  # oldest first: a push reads in order
         if not groups or _starts_new(groups[-1], row):

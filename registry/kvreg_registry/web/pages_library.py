@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -25,12 +26,15 @@ from kvreg_registry.db.models import Envelope, LegalHold, Namespace, SigningKey
 from kvreg_registry.services import accounts, retention
 from kvreg_registry.services import search as search_service
 from kvreg_registry.web import svg_lineage, svg_timeline, views_library
+from kvreg_registry.web.model_summary import listing_name
 from kvreg_registry.web.render import render
 from kvreg_registry.web.session import visitor
 
 router = APIRouter()
 
 PAGE_SIZE = 20
+# The home page draws its growth chart from this many days with activity on.
+MIN_CHART_DAYS = 3
 MAX_PAGE = 10_000
 MAX_QUERY_CHARS = 200
 
@@ -81,6 +85,12 @@ def _clean(value: str | None, limit: int = MAX_QUERY_CHARS) -> str:
     return text
 
 
+def timeline(days: list[tuple[str, int, int]]) -> Markup | None:
+    """The growth chart, once there are ``MIN_CHART_DAYS`` days with activity: with fewer, bars
+    and a running total say nothing that one sentence does not (the page says that instead)."""
+    return svg_timeline.render(days) if len(days) >= MIN_CHART_DAYS else None
+
+
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def home(request: Request) -> HTMLResponse:
     params = {
@@ -123,8 +133,12 @@ def home(request: Request) -> HTMLResponse:
             "searched": searched,
             "no_words": no_words,
             "filtered": any(v for k, v in params.items() if k != "q"),
+            "filters_set": sum(1 for k, v in params.items() if k != "q" and v),
+            "model_options": [(m, listing_name(m)) for m in facets.models],
+            "words": search_service.query_words(params["q"]),
             "overview": overview,
-            "timeline": svg_timeline.render(overview.days) if overview and overview.days else None,
+            "timeline": timeline(overview.days) if overview else None,
+            "min_chart_days": MIN_CHART_DAYS,
         },
         title=f"Search: {params['q']}" if params["q"] else "Verified solutions",
     )

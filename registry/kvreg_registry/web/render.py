@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -22,9 +23,9 @@ from urllib.parse import urlencode
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 import kvreg
-from kvreg_registry.web.markdown import plain_summary, render_markdown
 from kvreg_registry.web import glossary
 from kvreg_registry.web.markdown import plain_summary, render_markdown
 from kvreg_registry.web.model_summary import listing_name
@@ -97,6 +98,23 @@ def relative_time(value: object, now: dt.datetime | None = None) -> str:
     return f"{days} day{'' if days == 1 else 's'} ago"
 
 
+def highlight(value: object, words: list[str]) -> Markup:
+    """``value`` as escaped text with each search word (at the start of a word, any case) in
+    ``<mark>``. Every piece is escaped on its own, so the result is as safe as autoescaping;
+    hand-written because the search's own words (``search.query_words``) decide what matched."""
+    text = "" if value is None else str(value)
+    if not words or not text:
+        return escape(text)
+    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + ")", re.IGNORECASE)
+    out: list[str] = []
+    last = 0
+    for m in pattern.finditer(text):
+        out += [escape(text[last : m.start()]), Markup("<mark>"), escape(m.group(0)), Markup("</mark>")]
+        last = m.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
+
+
 def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -114,6 +132,7 @@ def _environment() -> Environment:
     env.filters["time"] = format_time
     env.filters["json"] = pretty_json
     env.filters["isotime"] = iso_time
+    env.filters["highlight"] = highlight
     env.filters["ago"] = relative_time
     env.globals["status_tone"] = tone_of
     env.globals["verdict_status"] = verdict_status
@@ -122,8 +141,6 @@ def _environment() -> Environment:
     env.filters["summary"] = plain_summary
     env.globals["glossary_short"] = glossary.short
     env.globals["glossary_word"] = glossary.word
-    env.filters["markdown"] = render_markdown  # sanitized (web.markdown): the one unescaped user text
-    env.filters["summary"] = plain_summary
     env.globals["listing_name"] = listing_name
     env.globals["version"] = kvreg.__version__
     env.globals["csrf_field"] = CSRF_FIELD

@@ -238,6 +238,8 @@ class EntryRow:
     namespace: str | None
     summary: str
     doc: dict[str, Any] | None = None
+    sentence: str = ""  # audit_sentences.sentence, set by audit_groups.group
+    links: dict[str, str] = field(default_factory=dict)  # audit_sentences.links
 
 
 @dataclass

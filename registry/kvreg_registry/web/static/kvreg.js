@@ -12,6 +12,10 @@ document.addEventListener("DOMContentLoaded", () => {
       toggle.setAttribute("aria-expanded", String(open));
     });
   }
+  // Filters and the like: folded on a phone, open on a wider screen.
+  if (matchMedia("(min-width: 721px)").matches) {
+    for (const d of document.querySelectorAll("details[data-open-wide]")) d.open = true;
+  }
   for (const el of document.querySelectorAll("[data-copy]")) {
     const button = document.createElement("button");
     button.type = "button";
