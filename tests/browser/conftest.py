@@ -59,13 +59,14 @@ def screenshot_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+def seeded(tmp_path_factory: pytest.TempPathFactory, smollm2: Path) -> Iterator[Seeded]:
+    """The registry of ``seed.py``; its GSM8K chat artifact is of the real SmolLM2 (``smollm2``)."""
     from kvreg.engine.tiny import build_model_dir
 
     root = tmp_path_factory.mktemp("browser")
     model = build_model_dir(root / "models" / "llama", "llama", seed=0)
     with running_registry("sqlite-folder", root / "registry") as registry:
-        yield seed(registry, root, model)
+        yield seed(registry, root, model, real_model=smollm2)
 
 
 @pytest.fixture

@@ -11,6 +11,12 @@ What it holds (``Seeded`` says where everything is):
 - ``paging`` (public): ``ex01``... ``ex21``, small artifacts titled "Paging exercise NN" (one more
   than a page of results), pushed before the others so that they come last in "newest first".
 - ``lab-private`` (private): ``secret``, readable only by ``carol`` (read role) and the admin.
+- ``flywheel`` (public), as the demo's flywheel act leaves it: ``gsm8k-test-0001``, the first
+  GSM8K test problem and its verified solution as a chat of the real SmolLM2-135M-Instruct
+  (when the session has it: ``real_model``), pushed last, so that it leads "newest first".
+
+The escaping test's artifact (``xss``) is pushed right after the paging ones, before the
+realistic ones: it is there to be escaped, not to lead the home page.
 """
 
 from __future__ import annotations
@@ -29,6 +35,16 @@ PUBLIC_NS = "aime25"
 PRIVATE_NS = "lab-private"
 PAGING_NS = "paging"  # public: more artifacts than a page of results holds
 PAGING_COUNT = 21  # the web UI shows 20 results a page
+FLYWHEEL_NS = "flywheel"  # public: a GSM8K chat artifact of the real model
+GSM8K_QUESTION = (
+    "Janet\u2019s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "
+    "muffins for her friends every day with four. She sells the remainder at the farmers' market "
+    "daily for $2 per fresh duck egg. How much in dollars does she make every day at the farmers' market?"
+)
+GSM8K_SOLUTION = (
+    "Janet sells 16 - 3 - 4 = 9 duck eggs a day.\n"
+    "She makes 9 * 2 = $18 every day at the farmer\u2019s market.\n#### 18"
+)
 WRITER = "dana"
 KEY_LABEL = "dana's deposit key"  # the seeded signing key's label (its owner is dana)
 READER = "carol"  # read role on the private namespace only
@@ -104,6 +120,18 @@ ARTIFACTS = (
     Artifact("secret", PRIVATE_NS, None, SECRET_TEXT, "Private lab note", "reviewer", "pass", '{"ok": true}'),
 )
 
+GSM8K = Artifact(
+    "gsm8k-test-0001",
+    FLYWHEEL_NS,
+    GSM8K_QUESTION,
+    GSM8K_SOLUTION,
+    "Janet\u2019s ducks lay 16 eggs per day. She eats three for breakfast …",
+    "gsm8k-exact-answer",
+    "pass",
+    '{"answer": "18", "gold": "18"}',
+    ("gsm8k",),
+)
+
 
 @dataclass
 class Seeded:
@@ -131,6 +159,7 @@ class Seeded:
     audit_entries: list[dict[str, Any]] = field(default_factory=list)
     receipt: dict[str, Any] | None = None
     admin_home: Path = field(default_factory=Path)
+    flywheel_ns: str = FLYWHEEL_NS
 
     def artifact_path(self, name: str) -> str:
         a = self.artifacts[name]
@@ -145,7 +174,7 @@ class Seeded:
         return [c["digest"] for c in self.manifests[name]["chunks"]]
 
 
-def _deposit(home: Path, model: Path, root: Path, a: Artifact) -> dict[str, Any]:
+def _deposit(home: Path, model: Path, root: Path, a: Artifact, *, chat: bool = False) -> dict[str, Any]:
     text = root / f"{a.name}.text.txt"
     text.write_text(a.text, encoding="utf-8")
     args: list[str | Path] = ["deposit", model, "--text-file", text, "--ref", a.ref]
@@ -153,6 +182,8 @@ def _deposit(home: Path, model: Path, root: Path, a: Artifact) -> dict[str, Any]
         prompt = root / f"{a.name}.prompt.txt"
         prompt.write_text(a.prompt, encoding="utf-8")
         args += ["--prompt-file", prompt]
+    if chat:
+        args.append("--chat")
     args += ["--block-size", str(BLOCK), "--verifier", a.verifier, "--verdict", a.verdict]
     args += ["--evidence", a.evidence, "--title", a.title]
     for tag in a.tags:
@@ -166,13 +197,17 @@ def _ok(r: Any, *codes: int) -> Any:
     return r
 
 
-def seed(registry: Registry, root: Path, model: Path) -> Seeded:
+def seed(registry: Registry, root: Path, model: Path, real_model: Path | None = None) -> Seeded:
     depositor = root / "depositor"
     kvreg(depositor, "keys", "generate")
     public_key = kvreg(depositor, "keys", "export").out.strip()
     manifests: dict[str, dict[str, Any]] = {}
     for a in ARTIFACTS:
         manifests[a.name] = _deposit(depositor, model, root, a)
+    artifacts = list(ARTIFACTS)
+    if real_model is not None:
+        manifests[GSM8K.name] = _deposit(depositor, real_model, root, GSM8K, chat=True)
+        artifacts.append(GSM8K)
     bulk = subprocess.run(
         [sys.executable, str(BULK), str(depositor), str(model), PAGING_NS, str(PAGING_COUNT)],
         env=kvreg_env(depositor),
@@ -186,13 +221,13 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
     assert len(paging_refs) == PAGING_COUNT, bulk.stdout
 
     with registry.admin() as c:
-        for ns, public in ((PUBLIC_NS, True), (PRIVATE_NS, False), (PAGING_NS, True)):
+        for ns, public in ((PUBLIC_NS, True), (PRIVATE_NS, False), (PAGING_NS, True), (FLYWHEEL_NS, True)):
             _ok(c.post("/namespaces", json={"name": ns, "public": public}), 201)
             key = {"public_key": public_key, "label": KEY_LABEL, "owner": WRITER}
             _ok(c.post(f"/namespaces/{ns}/keys", json=key), 201)
         tokens = {}
         for user, roles in (
-            (WRITER, {PUBLIC_NS: "write", PRIVATE_NS: "write", PAGING_NS: "write"}),
+            (WRITER, {PUBLIC_NS: "write", PRIVATE_NS: "write", PAGING_NS: "write", FLYWHEEL_NS: "write"}),
             (READER, {PRIVATE_NS: "read"}),
             (GRAFTER, {PUBLIC_NS: "read"}),
         ):
@@ -209,7 +244,8 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
         kvreg(depositor, "push", "origin", ref)
     pushes: dict[str, dict[str, Any]] = {}
     entries: list[dict[str, Any]] = []
-    for a in ARTIFACTS:
+    # the escaping test's artifact first: realistic ones lead "newest first"
+    for a in sorted(artifacts, key=lambda a: a.name != "xss"):
         pushes[a.name] = kvreg(depositor, "--json", "push", "origin", a.ref).json
         entries += [{**e, "ref": a.ref} for e in pushes[a.name]["audit"]["entries"]]
     digests = {name: str(p["digest"]) for name, p in pushes.items()}
@@ -265,7 +301,7 @@ def seed(registry: Registry, root: Path, model: Path) -> Seeded:
         writer_token=tokens[WRITER],
         public_key=public_key,
         log_key=log_key,
-        artifacts={a.name: a for a in ARTIFACTS},
+        artifacts={a.name: a for a in artifacts},
         digests=digests,
         manifests=manifests,
         pushes=pushes,

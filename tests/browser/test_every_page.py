@@ -1,7 +1,8 @@
 """Every page of the web UI, at 1280 px and 390 px, light and dark, signed out, as a reader and
 as an admin: no sideways scroll, no short word split over two lines, no console error, no 5xx,
-and WCAG AA contrast of every piece of text (``contrast.CHECK``: each text element's colour
-against its effective background), with every ``<details>`` opened.
+WCAG AA contrast of every piece of text (``contrast.CHECK``: each text element's colour
+against its effective background), with every ``<details>`` opened, and every status badge in
+its meaning's colour (``BADGE_CHECK``: the tone ``kvreg_registry.web.status`` gives its status).
 
 Only the combinations that render differently are visited (``PLAN``), one context each, signed
 in once, in the session's one browser against the session's one seeded server:
@@ -30,6 +31,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
+from kvreg_registry.web.status import STATUS_TONES, TONE_COLOURS
+
 from .conftest import DESKTOP, PHONE, _context, _watch
 from .contrast import CHECK as CONTRAST_CHECK
 from .helpers import sign_in
@@ -52,6 +55,9 @@ DOC_SHOTS = {
         "audit": "audit",
         "audit-entry": "audit-entry",
         "signin": "signin",
+        "flywheel": "flywheel",
+        "gsm8k-artifact": "artifact-gsm8k",
+        "error-digest": "error",
     },
     ("anonymous", "dark", "desktop"): {
         "home": "home-dark",
@@ -62,9 +68,11 @@ DOC_SHOTS = {
         "home": "phone-home",
         "artifact": "phone-artifact",
         "namespace": "phone-namespace",
+        "audit": "phone-audit",
     },
     ("anonymous", "dark", "phone"): {"artifact": "phone-artifact-dark", "audit": "phone-audit-dark"},
     ("admin", "light", "desktop"): {"admin": "admin"},
+    ("admin", "light", "phone"): {"admin": "phone-admin"},
     ("admin", "dark", "phone"): {"admin": "phone-admin-dark"},
 }
 
@@ -84,6 +92,8 @@ def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
         ("namespace", f"/ns/{ns}", 200),
         ("private-namespace", f"/ns/{server.private_ns}", 200),  # anonymous: the sign-in page
         ("artifact", server.artifact_path("p07"), 200),
+        ("flywheel", f"/ns/{server.flywheel_ns}", 200),
+        ("gsm8k-artifact", server.artifact_path("gsm8k-test-0001"), 200),
         ("compare", f"/compare?{compare}", 200),
         ("audit", "/audit", 200),
         ("audit-all", "/audit?all=1", 200),
@@ -91,6 +101,9 @@ def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
         ("admin", "/admin", 200),  # anonymous: the sign-in page
         ("signin", "/signin", 200),
         ("error", f"/audit/entries/{MISSING_ENTRY}", 404),
+        # a not-found message holding a whole digest must wrap on a phone
+        ("error-digest", f"/ns/{ns}/artifacts/sha256:{'0' * 64}", 404),
+        ("error-bad-request", "/audit/entries/abc", 400),
     ]
 
 
@@ -141,6 +154,38 @@ SPLIT_WORDS = r"""
   return out.slice(0, 5);
 }
 """
+
+
+# Every .badge in the colour of its status's tone: the status is its data-status (drawn by the
+# components macro) or, for a badge drawn by hand, its first word when that is a known status
+# ("unknown", "public", "revoked ..."). Its text colour must be the tone's custom property.
+BADGE_CHECK = r"""
+({tones, colours}) => {
+  const probe = document.createElement("span");
+  document.body.appendChild(probe);
+  const colourOf = (prop) => { probe.style.color = `var(${prop})`; return getComputedStyle(probe).color; };
+  const out = [];
+  for (const el of document.querySelectorAll(".badge")) {
+    const word = (el.textContent.trim().split(/\s+/)[0] || "").toLowerCase();
+    const status = el.dataset.status || (word in tones ? word : null);
+    if (!status) continue;
+    if (!(status in tones)) {
+      out.push({status, text: el.textContent.trim(), problem: "status not in the map"});
+      continue;
+    }
+    const want = colourOf(colours[tones[status]]);
+    const got = getComputedStyle(el).color;
+    const text = el.textContent.trim().slice(0, 40);
+    if (got !== want) out.push({status, text, tone: tones[status], want, got});
+  }
+  probe.remove();
+  return out;
+}
+"""
+
+
+def badge_failures(page: Any) -> list[dict[str, Any]]:
+    return list(page.evaluate(BADGE_CHECK, {"tones": STATUS_TONES, "colours": TONE_COLOURS}))
 
 
 def contrast_failures(page: Any) -> list[dict[str, Any]]:
@@ -230,6 +275,8 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
             problems.append(f"{name} {path}: words split over two lines: {split}")
         for failure in contrast_failures(page):
             problems.append(f"{name} {path}: contrast {failure}")
+        for failure in badge_failures(page):
+            problems.append(f"{name} {path}: badge colour {failure}")
         # The browser logs the status of an error page it was sent to on purpose; nothing else.
         expected = f"the server responded with a status of {status}"
         problems += [
@@ -246,7 +293,15 @@ def test_every_page_fits_works_and_reads(visit_as: Any, server: Seeded, shot: An
 def test_the_checks_fail_on_a_bad_colour_and_on_split_words(visit_as: Any, server: Seeded) -> None:
     page = visit_as[0]
     page.goto("/")
-    assert contrast_failures(page) == [] and page.evaluate(SPLIT_WORDS) == []
+    assert contrast_failures(page) == [] and page.evaluate(SPLIT_WORDS) == [] and badge_failures(page) == []
+    # A badge whose colour is not its meaning's (what hand-written markup did: "unknown" in red).
+    page.evaluate(
+        """document.querySelector('main').insertAdjacentHTML('beforeend',
+             '<span class="badge bad">unknown</span>'
+             + '<span data-status="public" class="badge warn">public</span>')"""
+    )
+    wrong = badge_failures(page)
+    assert [(f["status"], f["tone"]) for f in wrong] == [("unknown", "warn"), ("public", "neutral")], wrong
     page.evaluate("document.documentElement.style.setProperty('--muted', '#b0b0b0')")
     failures = contrast_failures(page)
     assert failures and all(f["ratio"] < 4.5 for f in failures), failures
@@ -262,8 +317,11 @@ def test_each_destructive_admin_action_asks_first(visit_as: Any, server: Seeded)
         (f"form#visibility-{ns} button", f"Make {ns} public?"),
         (f"#keys-{ns} form[action$='/keys/revoke'] button", f"Revoke a signing key of {ns}?"),
         (f"#roles-{ns} form[action$='/roles/remove'] button", "Remove the role of"),
-        ("#token-list tr:has(.badge.ok) form button", "Revoke token"),
-        ("#user-list tr:not(:has(.badge.warn)) form[action$='/disable'] button", "Disable user"),
+        ("#token-list tr:has([data-status=this-session]) form button", "Revoke token"),
+        (
+            "#user-list tr:not(:has([data-status=server-admin])) form[action$='/disable'] button",
+            "Disable user",
+        ),
     ]
     for selector, heading in buttons:
         page.goto(f"/admin?ns={ns}")

@@ -127,3 +127,15 @@ def test_the_audit_list_has_one_row_shape_with_sentences_and_links(library: Libr
     assert cells == ["Seq", "Time", "Type", "Actor", "Namespace", "What happened"]
     assert f'<a href="/ns/{ns}">{ns}</a>' in group.group(0) and '<a href="/audit?actor=root">root</a>' in html
     assert f"root created the namespace {ns} (public)" in html
+
+
+def test_a_chat_prompt_is_shown_as_the_question_asked() -> None:
+    from kvreg_registry.web.render import question_text
+
+    rendered = (
+        "<|im_start|>system\nYou are a helpful AI assistant<|im_end|>\n"
+        "<|im_start|>user\nHow many eggs?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert question_text(rendered) == "How many eggs?"
+    assert question_text("Plain question?") == "Plain question?"
+    assert question_text(None) == ""

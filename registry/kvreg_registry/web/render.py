@@ -115,6 +115,17 @@ def highlight(value: object, words: list[str]) -> Markup:
     return Markup("").join(out)
 
 
+_CHATML_USER = re.compile(r"<\|im_start\|>user\s*(.*?)(?:<\|im_end\|>|$)", re.S)
+
+
+def question_text(value: object) -> str:
+    """A question as a person asked it: for a prompt rendered with a ChatML chat template
+    (SmolLM2, Qwen: ``<|im_start|>user ... <|im_end|>``), the last user turn; else the text."""
+    text = "" if value is None else str(value)
+    turns = _CHATML_USER.findall(text) if "<|im_start|>" in text else []
+    return turns[-1].strip() if turns else text
+
+
 def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -133,6 +144,7 @@ def _environment() -> Environment:
     env.filters["json"] = pretty_json
     env.filters["isotime"] = iso_time
     env.filters["highlight"] = highlight
+    env.filters["question_text"] = question_text
     env.filters["ago"] = relative_time
     env.globals["status_tone"] = tone_of
     env.globals["verdict_status"] = verdict_status
