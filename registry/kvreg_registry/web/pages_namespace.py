@@ -60,11 +60,11 @@ def description_form(ns: str, request: Request) -> HTMLResponse:
 async def description_post(ns: str, request: Request) -> Response:
     st = state(request)
     form = await read_form(request)
-    if "description" not in form:
-        raise RequestInvalidError("the field 'description' is required")
 
     def act() -> Response:
         who = signed_in(st, request, form)  # the CSRF check first
+        if "description" not in form:
+            raise RequestInvalidError("the field 'description' is required")
         text = accounts.validate_description(form["description"])
         if form.get("preview"):
             with st.db.read() as s:
