@@ -50,8 +50,39 @@ def cli_programs() -> dict[str, TyperGroup]:
     for name, app in (("kvreg", build_app()), ("kvreg-admin", admin_app)):
         command = typer.main.get_command(app)
         assert isinstance(command, TyperGroup), name
+        _for_the_page(command)
         programs[name] = command
     return programs
+
+
+def _for_the_page(group: TyperGroup) -> None:
+    """Help written for a terminal, made for a page (these click objects are built for it only):
+    a group's list of commands shows each one's first sentence whole (click cuts it at 45
+    characters), and indented example lines become code blocks."""
+    group.help = _indented_to_code(group.help)
+    for sub in group.commands.values():
+        if sub.short_help is None:
+            sub.short_help = sub.get_short_help_str(limit=300)
+        if isinstance(sub, TyperGroup):
+            _for_the_page(sub)
+        else:
+            sub.help = _indented_to_code(sub.help)
+
+
+def _indented_to_code(text: str | None) -> str | None:
+    """Paragraphs whose every line is indented (the examples of a --help) as ``console`` blocks."""
+    if not text:
+        return text
+    out: list[str | list[str]] = []  # prose paragraphs, and the lines of code blocks
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = paragraph.split("\n")
+        if not all(line.startswith("  ") for line in lines):
+            out.append(paragraph)
+        elif out and isinstance(out[-1], list):
+            out[-1].extend(line.strip() for line in lines)  # one block for consecutive examples
+        else:
+            out.append([line.strip() for line in lines])
+    return "\n\n".join(p if isinstance(p, str) else "```console\n" + "\n".join(p) + "\n```" for p in out)
 
 
 def page_name(program: str, group: str | None = None) -> str:
