@@ -100,6 +100,7 @@ def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
         ("audit-entry", f"/audit/entries/{entry}", 200),
         ("admin", "/admin", 200),  # anonymous: the sign-in page
         ("signin", "/signin", 200),
+        ("glossary", "/glossary", 200),
         ("error", f"/audit/entries/{MISSING_ENTRY}", 404),
         # a not-found message holding a whole digest must wrap on a phone
         ("error-digest", f"/ns/{ns}/artifacts/sha256:{'0' * 64}", 404),
