@@ -2,7 +2,7 @@
 
 Some of the knobs that decide the bits of a prefill are latched by torch, MKL and
 oneDNN at their first tensor operation, so they can only be set in the
-environment *before* ``import torch`` (DESIGN.md §1). This module knows those
+environment *before* ``import torch``. This module knows those
 variables and nothing else: it never imports torch, so the CLI can consult it,
 and re-execute itself with the right environment, before the engine loads.
 
@@ -16,7 +16,7 @@ Profiles:
   keeps oneDNN off, so that one deposit grafts byte-exactly on every x86-64 host with
   AVX2 and the same library builds, Intel or AMD. MKL's ``COMPATIBLE`` branch is the
   only one it honours on every vendor: on an AMD EPYC (Zen 3) host, MKL 2024.2 runs
-  ``MKL_CBWR=AVX2,STRICT`` (this profile's value until the fifth stop of issue 15) as
+  ``MKL_CBWR=AVX2,STRICT`` (this profile's earlier value) as
   ``CNR:AUTO`` (``MKL_VERBOSE=1`` says so), and a portable deposit made on an Intel
   host failed its witness probe there. Costs: docs/benchmarks.md § The portable profile.
 """

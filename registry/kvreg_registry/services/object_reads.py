@@ -5,7 +5,7 @@ A pull asks for every object of an artifact in turn, so this read is the registr
 frequent. Done the general way (``auth.authenticate``, ``accounts.readable_namespace``,
 ``Principal.role_in``, ``objects.held_size``) it takes four statements, each built anew
 through the ORM: about 3 ms of the server's CPU per object on a 2 GHz core, about what the
-kernel spends sending 16 MiB (docs/benchmarks.md, § "Push and pull over loopback", item 24).
+kernel spends sending 16 MiB (docs/benchmarks-history.md, "Push and pull", item 24).
 Here one prebuilt Core statement reads the same rows (about 0.4 ms).
 
 This module only ever *grants*: :func:`readable_object` answers with the caller and the
