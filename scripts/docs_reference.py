@@ -38,7 +38,8 @@ from kvreg_registry.app import create_app
 from kvreg_registry.settings import Settings
 
 CLI_DIR = "reference/cli"
-GENERATED_NOTE = "<!-- generated at build time by scripts/docs_reference.py; do not edit -->\n\n"
+# At the end of a page: a page's title is its first heading only when nothing comes before it.
+GENERATED_NOTE = "\n<!-- generated at build time by scripts/docs_reference.py; do not edit -->\n"
 
 
 # --- the command line ----------------------------------------------------------------------------
@@ -109,11 +110,11 @@ def cli_pages() -> dict[str, str]:
         body = get_docs_for_click(obj=_leaf_group(root, ctx), ctx=ctx, name=program)
         if links:
             body += f"## Command groups\n\n{links}"
-        pages[page_name(program)] = GENERATED_NOTE + body
+        pages[page_name(program)] = body + GENERATED_NOTE
         for group in groups:
             command = root.commands[group]
             body = get_docs_for_click(obj=command, ctx=ctx, name=group, call_prefix=program)
-            pages[page_name(program, group)] = GENERATED_NOTE + body
+            pages[page_name(program, group)] = body + GENERATED_NOTE
     return pages
 
 
@@ -159,11 +160,14 @@ def _schema_type(schema: dict[str, Any]) -> str:
 
 
 def _section(path: str, operation: dict[str, Any], prefix: str) -> str:
+    """The heading an operation goes under: its tag, else the resource its path names."""
     if operation.get("tags"):
-        return str(operation["tags"][0])
+        return str(operation["tags"][0]).capitalize()
     rest = path.removeprefix(prefix).removeprefix("/namespaces/{ns}")
     segment = rest.strip("/").split("/")[0]
-    return segment or ("namespaces" if rest != path.removeprefix(prefix) else "server")
+    if not segment:
+        segment = "namespaces" if rest != path.removeprefix(prefix) else "server"
+    return "Server" if segment == "whoami" else segment.capitalize()
 
 
 def _operation(method: str, path: str, op: dict[str, Any]) -> str:
@@ -226,7 +230,7 @@ def http_api_page() -> str:
     for path, operations in doc["paths"].items():
         for method, op in operations.items():
             sections.setdefault(_section(path, op, prefix), []).append(_operation(method, path, op))
-    out = GENERATED_NOTE + "# HTTP API\n\n"
+    out = "# HTTP API\n\n"
     out += (
         f"The registry's HTTP API, version {doc['info']['version']}, from the OpenAPI document that "
         f"every registry publishes at `{prefix}/openapi.json` (and browses at `{prefix}/docs`). "
@@ -239,7 +243,7 @@ def http_api_page() -> str:
     )
     for section, operations in sections.items():
         out += f"## {section}\n\n" + "".join(operations)
-    return out + _schemas(doc.get("components", {}))
+    return out + _schemas(doc.get("components", {})) + GENERATED_NOTE
 
 
 def every_route() -> Iterator[str]:
@@ -273,7 +277,7 @@ _EXIT_MEANING = {
 
 
 def errors_page() -> str:
-    out = GENERATED_NOTE + "# Error codes\n\n"
+    out = "# Error codes\n\n"
     out += (
         "Every failure kvreg reports on purpose has a stable code: the same string in the CLI's "
         '`--json` output (`{"code", "message", "hint"?, "details"?}`), in the registry\'s '
@@ -284,7 +288,7 @@ def errors_page() -> str:
         "hierarchy. Under `/v2/` (OCI pulls) errors take the OCI "
         "distribution format instead.\n\n"
     )
-    out += "| code | error | exit | HTTP | meaning |\n|---|---|---|---|---|\n"
+    out += "| code | exit | HTTP | meaning |\n|---|---|---|---|\n"
     for depth, cls in error_hierarchy():
         doc = inspect.getdoc(cls) or ""
         if cls is not errors.KvregError and doc == inspect.getdoc(cls.__mro__[1]):
@@ -295,8 +299,8 @@ def errors_page() -> str:
         status = status_of(cls("example"))
         # 500 is what the registry answers for what it does not map: only INTERNAL is one it sends
         http = "—" if status == 500 and cls is not errors.InternalServerError else str(status)
-        out += f"| {indent}`{cls.code}` | `{cls.__name__}` | {exit_status} | {http} | {meaning} |\n"
-    return out
+        out += f"| {indent}`{cls.code}` | {exit_status} | {http} | {meaning} (`{cls.__name__}`) |\n"
+    return out + GENERATED_NOTE
 
 
 def every_error_code() -> Iterator[str]:

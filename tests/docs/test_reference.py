@@ -75,7 +75,7 @@ def test_every_error_code_is_on_the_errors_page(reference: ModuleType) -> None:
     assert {"DIGEST_MISMATCH", "LEGAL_HOLD", "USAGE"} <= codes
     rows = set(re.findall(r"^\| (?:&nbsp;)*`([A-Z_]+)` \|", page, re.MULTILINE))
     assert codes - rows == set()
-    assert "| &nbsp;&nbsp;&nbsp;&nbsp;`DIGEST_MISMATCH` | `DigestMismatchError` | 3 integrity | 422 |" in page
+    assert "| &nbsp;&nbsp;&nbsp;&nbsp;`DIGEST_MISMATCH` | 3 integrity | 422 | Bytes hash to another" in page
 
 
 def test_the_nav_lists_every_generated_page(reference: ModuleType) -> None:
