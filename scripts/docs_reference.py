@@ -167,7 +167,7 @@ def _section(path: str, operation: dict[str, Any], prefix: str) -> str:
     segment = rest.strip("/").split("/")[0]
     if not segment:
         segment = "namespaces" if rest != path.removeprefix(prefix) else "server"
-    return "Server" if segment == "whoami" else segment.capitalize()
+    return {"whoami": "Server", "gc": "GC"}.get(segment, segment.capitalize())
 
 
 def _operation(method: str, path: str, op: dict[str, Any]) -> str:
