@@ -220,3 +220,42 @@ def test_the_number_of_queries_does_not_grow_with_the_library(library: Library, 
         assert "2 leading full blocks in common" in text_of(section(page, "shared-blocks"))
         counts.append(len(statements))
     assert counts[0] == counts[1], counts
+
+
+def _answer(page: str) -> str:
+    match = re.search(r'<p id="answer" class="answer answer-(\w+)">(.*?)</p>', page, re.S)
+    assert match is not None, "the page has no answer sentence"
+    assert page.index('id="answer"') < page.index('id="compare"') < page.index('class="side"')
+    return f"{match.group(1)}: {html.unescape(match.group(2))}"
+
+
+def test_the_page_answers_its_question_in_one_sentence_first(library: Library) -> None:
+    from kvreg.core.digest import Digest
+
+    ns = library.namespace()
+    library.publish(ns, "short", SHORT, title="Short one")
+    library.publish(ns, "long", LONG, title="Long one")
+    library.publish(ns, "one", "a b c d e f x y z", title="One")
+    library.publish(ns, "first", "x b c d e f g h", title="First differs")
+    library.publish(ns, "other-tok", LONG, tokenizer_fp=Digest.of_bytes(b"another tokenizer"))
+    library.publish(ns, "eight", LONG, block_size=8, tokenizer_fp=Digest.of_bytes(b"another tokenizer"))
+    assert _answer(compare(library, f"{ns}/short", f"{ns}/long")) == (
+        "yes: Yes: 2 of 2 blocks (8 tokens) reusable; proof checked."
+    )
+    assert _answer(compare(library, f"{ns}/one", f"{ns}/short")) == (
+        "partly: Partly: the first 1 of 2 blocks (4 tokens) are the same KV cache, "
+        "but neither artifact is a prefix of the other."
+    )
+    assert _answer(compare(library, f"{ns}/first", f"{ns}/short")) == (
+        "no: No: their first blocks already differ, so no KV block is reusable."
+    )
+    assert _answer(compare(library, f"{ns}/long", f"{ns}/other-tok")) == (
+        "no: No: the tokenizers differ, so no KV block of one can serve the other, whatever their texts."
+    )
+    assert _answer(compare(library, f"{ns}/long", f"{ns}/eight")) == (
+        "no: No: the tokenizers and block sizes differ, so no KV block of one can serve the other, "
+        "whatever their texts."
+    )
+    # No longer four "same" pills before the answer: one badge says whether they can share KV.
+    page = compare(library, f"{ns}/short", f"{ns}/long")
+    assert section(page, "compatibility").count('class="badge') == 1

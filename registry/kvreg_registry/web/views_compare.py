@@ -120,6 +120,43 @@ class Comparison:
     def kv_shareable(self) -> bool:
         return self.same_model and self.same_tokenizer and self.same_config and self.same_block_size
 
+    @property
+    def differing(self) -> list[str]:
+        """What differs of the four things KV sharing needs equal (empty: nothing)."""
+        pairs = (
+            ("models", self.same_model),
+            ("tokenizers", self.same_tokenizer),
+            ("configurations", self.same_config),
+            ("block sizes", self.same_block_size),
+        )
+        return [name for name, same in pairs if not same]
+
+    @property
+    def answer(self) -> tuple[str, str]:
+        """The page's question — can a host reuse one's KV cache for the other? — answered in one
+        sentence, with its kind: ``yes``, ``partly`` or ``no``."""
+        if not self.kv_shareable:
+            names = self.differing
+            what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            return (
+                "no",
+                f"No: the {what} differ, so no KV block of one can serve the other, whatever their texts.",
+            )
+        plural = "" if self.comparable_blocks == 1 else "s"
+        blocks = f"{self.shared_blocks} of {self.comparable_blocks} block{plural}"
+        tokens = self.shared_blocks * self.a.manifest.block_size
+        if self.shared_blocks == 0:
+            if self.comparable_blocks == 0:
+                return "no", "No: the shorter artifact has no full block, so there is no KV block to reuse."
+            return "no", "No: their first blocks already differ, so no KV block is reusable."
+        if self.proof_checked:
+            return "yes", f"Yes: {blocks} ({tokens} tokens) reusable; proof checked."
+        return (
+            "partly",
+            f"Partly: the first {blocks} ({tokens} tokens) are the same KV cache, "
+            "but neither artifact is a prefix of the other.",
+        )
+
 
 def load_sides(session: Session, principal: Principal, a: str, b: str) -> tuple[Side, Side]:
     return load_side(session, principal, a, "a"), load_side(session, principal, b, "b")
