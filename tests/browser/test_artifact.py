@@ -40,7 +40,8 @@ def test_artifact_page_of_an_extension(page: Any, server: Seeded, shot: Any) -> 
     assert "Problem 7." in text(page, "#question")
     assert "Check: an exhaustive checker" in text(page, "#solution")
     assert "pass" in text(page, "#verdict")
-    assert "verified" in text(page, "#signature-status")
+    assert text(page, "#signature-badge").strip() == "verified"
+    assert "it verifies with key" in text(page, "#signature-status")
 
     fingerprints = page.locator("#fingerprints").inner_html()
     for field in ("model", "tokenizer", "config"):
@@ -90,13 +91,15 @@ def test_artifact_page_of_the_base_shows_its_receipt_and_extension(page: Any, se
     assert "pass" in receipts and "gina" in receipts, f"#receipts does not show gina's receipt: {receipts!r}"
     history = text(page, "#history")
     assert "envelope.stored" in history and "ref.created" in history, history
-    # The summary card leads: the signer by its label and owner, the graft evidence, the commands.
-    summary = text(page, "#summary")
-    assert KEY_LABEL in summary and f"owned by {WRITER}" in summary, summary
-    assert "by 1 host (1 receipt)" in summary, summary  # gina's graft ran without --check
-    card, receipts_box = page.locator("#summary").bounding_box(), page.locator("#receipts").bounding_box()
-    assert card["y"] < receipts_box["y"] < page.locator("#solution").bounding_box()["y"]
-    assert page.locator("#summary code", has_text="kvreg graft").count() == 1
+    # One trust line: the signer by its label and owner, the graft evidence.
+    trust = text(page, "#trust")
+    assert KEY_LABEL in trust and f"({WRITER})" in trust, trust
+    assert "grafted by 1 host, byte-exactness not checked" in trust, trust  # gina ran without --check
+    # Content first: the question, the commands and the solution come before every section.
+    ys = [page.locator(s).bounding_box()["y"] for s in ("#trust", "#question", "#solution", "#evidence")]
+    assert ys == sorted(ys), ys
+    assert page.locator("#pull-command").bounding_box()["y"] < page.locator("#receipts").bounding_box()["y"]
+    assert page.locator("#pull-command code", has_text="kvreg graft").count() == 1
     # The chunk-sharing bar: an image with a text alternative, drawn with the page's colours.
     bar = page.locator("#chunk-map svg.chunk-bar[role=img]")
     assert bar.count() == 1 and bar.is_visible()
@@ -106,11 +109,42 @@ def test_artifact_page_of_the_base_shows_its_receipt_and_extension(page: Any, se
     clean(page)
 
 
-def test_artifact_page_fits_a_phone(phone: Any, server: Seeded, shot: Any) -> None:
-    for name in ("p07", "p07x"):
-        visit(phone, server.artifact_path(name))
-        no_horizontal_scroll(phone)
-        assert phone.locator("#summary").is_visible()
+def _on_first_screen(page: Any, selector: str) -> bool:
+    """``selector`` is shown, whole, within the first screen (no scrolling)."""
+    box = page.locator(selector).first.bounding_box()
+    height = page.viewport_size["height"]
+    return box is not None and box["height"] > 0 and box["y"] >= 0 and box["y"] + box["height"] <= height
+
+
+def _first_screen(page: Any, server: Seeded, name: str) -> None:
+    """What the first screen of an artifact's page must show: the title, the trust line, the
+    start of the question and the pull command; the question's first line is its own."""
+    visit(page, server.artifact_path(name))
+    no_horizontal_scroll(page)
+    for selector in ("#title", "#trust", "#question-h", '#pull-command .copy-row:has-text("kvreg pull")'):
+        assert _on_first_screen(page, selector), f"{selector} is not on the first screen of {name}"
+    question = page.locator("#question pre")
+    box = question.bounding_box()
+    assert box["y"] + 40 <= page.viewport_size["height"], f"the question of {name} starts below the screen"
+    first_words = " ".join((server.artifacts[name].prompt or "").split()[:4])
+    assert first_words in (question.text_content() or ""), first_words
+
+
+def test_artifact_page_shows_content_first_on_a_desktop(page: Any, server: Seeded) -> None:
+    for name in ("p07", "gsm8k-test-0001"):
+        _first_screen(page, server, name)
+        # ...and, on a wide screen, the start of the verified solution too.
+        solution = page.locator("#solution pre").bounding_box()
+        assert solution["y"] + 40 <= page.viewport_size["height"], f"the solution of {name} starts below"
+    clean(page)
+
+
+def test_artifact_page_shows_content_first_on_a_phone(phone: Any, server: Seeded, shot: Any) -> None:
+    for name in ("p07", "p07x", "gsm8k-test-0001"):
+        _first_screen(phone, server, name)
+    # The chat artifact's question is the user's turn, not the chat template's markup.
+    assert "<|im_start|>" not in text(phone, "#question")
+    assert "<|im_start|>" in text(phone, "#prompt")
     shot(phone, "artifact-phone")
     clean(phone)
 

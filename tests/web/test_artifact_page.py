@@ -98,12 +98,14 @@ def test_the_page_shows_the_artifact(library: Library) -> None:
     assert title_of(page) == "Problem 7"
     assert "What comes after h?" in text_of(section(page, "question"))
     assert f"<pre>\n{LONG}</pre>" in section(page, "solution")
+    assert re.search(r'<span data-status="pass" class="badge ok" id="verdict"[^>]*>pass</span>', page)
     verification = section(page, "verification")
-    assert re.search(r'id="verdict"><span class="badge ok">pass</span>', verification)
     assert "exact-match" in text_of(verification)
     assert '"answer": "k"' in html.unescape(verification)  # the evidence, as pretty JSON
     keyid = library.key.public_key.keyid
-    assert text_of(section(page, "signature")).startswith(f"Signature signature verified with key {keyid}")
+    signature = section(page, "signature")
+    assert text_of(signature).startswith(f"Signature Checked now against the keys registered for {ns}")
+    assert f'title="{keyid}"' in signature and f'id="signer">{keyid}<' in signature
     fingerprints = text_of(section(page, "fingerprints"))
     for expected in (
         "tiny-llama",
@@ -120,9 +122,10 @@ def test_the_page_shows_the_artifact(library: Library) -> None:
     ):
         assert expected in fingerprints, expected
     about = text_of(section(page, "about"))
-    assert "Tokens 11" in about and "Block size 4 tokens" in about
-    assert str(p.manifest.merkle_root) in about and "2026-11-29T12:00:00Z" in about
-    assert "Stored by root" in about
+    assert "Tokens 11 in 3 chunks of 4 tokens" in about
+    assert str(p.manifest.merkle_root) in about
+    stored = text_of(section(page, "audit"))
+    assert stored.startswith("History and audit Stored by root just now") and "2026-11-29T12:00:00Z" in stored
     chunks = section(page, "chunks")
     assert len(re.findall(r'<tr class="chunk">', chunks)) == 3
     assert "8–11" in text_of(chunks) and "(partial)" in chunks
@@ -243,21 +246,21 @@ def test_graft_receipts_are_listed(library: Library) -> None:
     page = get_ok(library, page_url(p))
     receipts = section(page, "receipts")
     # One host configuration sent both; only the first carried a check (byte-exact).
-    assert text_of(receipts).startswith("Grafted by 1 host 2 receipts: 1 byte-exact, 1 without a check.")
-    assert (
-        'href="#receipts">by 1 host</a> (2 receipts): 1 byte-exact, 1 without the byte-exact check'
-        in section(page, "summary")
+    assert text_of(receipts).startswith(
+        "Graft receipts 2 receipts: 1 byte-exact, 1 without a check. They come from 1 host."
     )
-    assert 'id="badge-byte-exact">byte-exact on 1 host</span>' in page
+    # The trust line counts the hosts whose grafts were byte-exact.
+    assert '<a href="#receipts">byte-exact grafts by 1 host</a>' in section(page, "trust")
     rows = re.findall(r'<tr class="receipt">(.*?)</tr>', receipts, re.S)
     assert len(rows) == 2
     newest, first = text_of(rows[0]), text_of(rows[1])
     host = Digest.of_bytes(b"host-config").short()
-    assert "2026-11-29 15:15:28 UTC" in first and host in first and "(gpu-17)" in first
+    assert 'title="2026-11-29 15:15:28 UTC"' in rows[1] and host in first and "(gpu-17)" in first
     assert "pass" in first and "yes" in first and host_key.public_key.keyid[:19] in first
     assert "unregistered key" in first
     assert "fail" in newest and "registered key" in newest and "unregistered" not in newest
-    assert '<span class="badge bad">fail</span>' in rows[0]
+    assert '<span data-status="fail" class="badge bad">fail</span>' in rows[0]
+    assert "no logits check" in newest and 'title="The host grafted without --check' in rows[0]
     assert "32/32 steps" in first and "cpu" in first
     # Each receipt links to itself in the API and to its audit entry.
     listed = library.api("GET", f"/namespaces/{ns}/receipts").json()["receipts"]
@@ -286,46 +289,60 @@ def labelled_namespace(library: Library, label: str, owner: str | None = None) -
     return ns, key
 
 
-def test_the_summary_card_names_verdict_signer_uploader_model_and_commands(library: Library) -> None:
+def test_the_page_leads_with_content_one_trust_line_and_the_commands(library: Library) -> None:
     ns, key = labelled_namespace(library, "CI signer", owner="alice")
     library.key, old_key = key, library.key
     try:
-        p = library.publish(ns, "p07", LONG, title="Problem 7")
+        p = library.publish(ns, "p07", LONG, title="Problem 7", question="What comes after h?")
     finally:
         library.key = old_key
     page = get_ok(library, page_url(p))
-    card = section(page, "summary")
-    text = text_of(card)
-    assert "Verdict pass" in text and "Verifier exact-match other artifacts it checked" in text
-    assert 'href="/?verifier=exact-match"' in card and 'href="/?model=tiny-llama"' in card
+    # The order: title, the trust line, the question, the commands, the solution, then the sections.
+    order = ['id="title"', 'id="trust"', 'id="question"', 'id="pull-command"', 'id="solution"']
+    order += ['id="evidence"', 'id="receipts"', 'id="audit"', 'id="files"']
+    positions = [page.index(ident) for ident in order]
+    assert positions == sorted(positions), order
+    # One trust line: verdict by verifier, signer (label, owner) and the check now, grafts.
+    trust = section(page, "trust")
+    assert text_of(trust).startswith(
+        "pass by exact-match ? signed by CI signer (alice) verified ? no graft reported yet ?"
+    ), text_of(trust)
+    assert 'href="/?verifier=exact-match"' in trust
     found = get_ok(library, "/?verifier=exact-match")
     assert "Problem 7" in found
-    assert "Signed by CI signer owned by alice verified" in text
+    # Each fact once: the verdict badge and the signature's badge appear only in the trust line.
+    assert page.count('data-status="pass"') == 1 and page.count('id="signature-badge"') == 1
+    assert page.count("CI signer") == 2  # the trust line, and the key's fields in the signature section
+    # The copyable commands, before the solution.
+    pull = section(page, "pull-command")
+    assert f"<code data-copy>kvreg pull REMOTE {ns}/p07</code>" in pull
+    assert f"<code data-copy>kvreg graft {ns}/p07 --model MODEL --check --receipt REMOTE</code>" in pull
+    assert "<code data-copy>kvreg ask --model MODEL --prompt-file question.txt --remote REMOTE" in pull
+    # Jargon is explained where it appears: a hover text and a link to the glossary.
+    assert 'href="/glossary#verdict"' in trust and 'href="/glossary#signature"' in trust
+    fingerprints = section(page, "fingerprints")
+    assert re.search(r'<abbr class="term" title="Attention heads[^"]*">KV heads</abbr>', fingerprints)
+    assert 'href="/glossary#kv-heads"' in fingerprints
+    # The model by its name, architecture and size, not only a fingerprint.
+    text = text_of(fingerprints)
+    assert re.search(r"Model tiny-llama Size \d+ layers, \d+ KV heads what is this\? × \d+, float32", text), (
+        text
+    )
+    assert "of KV cache per token" in text
+    assert 'href="/?model=tiny-llama"' in fingerprints
+    assert 'details class="config-details"' in fingerprints
+    # The signature section names the key and the audit entry that registered it.
     keys = library.api("GET", f"/namespaces/{ns}/keys").json()["keys"]
     entry = next(k for k in keys if k["keyid"] == key.public_key.keyid)["log_index"]
-    assert (
-        f'href="/ns/{ns}#keys"' in card and f'href="/audit/entries/{entry}">audit entry {entry}</a>' in card
-    )
+    signature = section(page, "signature")
+    assert "Label CI signer" in text_of(signature) and "Owner alice" in text_of(signature)
+    assert f'href="/audit/entries/{entry}">audit entry {entry}</a>' in signature
+    assert f'href="/ns/{ns}#keys"' in signature
     sign_in(library.client, library.admin_token)
     assert library.client.get(f"/audit/entries/{entry}").status_code == 200
     assert re.search(
-        r'id="summary-stored-by">root, .*?<a href="/audit/entries/\d+">audit entry \d+</a>', card
+        r'id="stored-by">Stored by root .*?<a href="/audit/entries/\d+">audit entry \d+</a>', page
     )
-    # The model by its name, architecture and size, not only a fingerprint.
-    assert re.search(r"Model tiny-llama LlamaForCausalLM, \d+ layers, \d+ KV heads × \d+, float32", text)
-    assert "of KV cache per token" in text
-    assert "Size 11 tokens in 3 chunks of 4 tokens" in text
-    # The copyable commands, before the details.
-    assert f"<code data-copy>kvreg pull REMOTE {ns}/p07</code>" in card
-    assert f"<code data-copy>kvreg graft {ns}/p07 --model MODEL --check --receipt REMOTE</code>" in card
-    assert "<code data-copy>kvreg ask --model MODEL --prompt-file question.txt --remote REMOTE" in card
-    assert page.index('id="summary"') < page.index('id="receipts"') < page.index('id="solution"')
-    assert page.index('id="solution"') < page.index('id="fingerprints"') < page.index('id="chunks"')
-    assert 'details class="config-details"' in section(page, "fingerprints")
-    # The signature section names the key too.
-    signature = text_of(section(page, "signature"))
-    assert "Label CI signer" in signature and "Owner alice" in signature
-    assert f"audit entry {entry}" in signature
 
 
 def test_a_hostile_key_label_is_escaped(library: Library) -> None:
@@ -341,11 +358,11 @@ def test_a_hostile_key_label_is_escaped(library: Library) -> None:
     page = get_ok(library, page_url(p))
     assert '<script>alert("key")' not in page and "<img src=x" not in page
     escaped = "&lt;script&gt;alert(&#34;key&#34;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"
-    assert escaped in section(page, "summary")
+    assert escaped in section(page, "trust")
     assert escaped in section(page, "receipts")
     assert escaped in section(page, "signature")
     # Owner defaults to the user who registered it (here the admin token's user).
-    assert "owned by root" in text_of(section(page, "summary"))
+    assert "(root) verified" in text_of(section(page, "trust"))
 
 
 def test_a_key_label_with_control_characters_is_refused(library: Library) -> None:
@@ -452,9 +469,11 @@ def test_a_key_revoked_since_the_push_shows_the_signature_not_verified(library: 
     assert r.status_code == 200, r.text
     page = get_ok(library, page_url(p))
     status = text_of(section(page, "signature"))
-    assert status.startswith(f"Signature signature NOT verified: the signer's key {keyid} was revoked on")
+    assert status.startswith(f"Signature It does not verify now: the signer's key {keyid} was revoked on")
     assert keyid in status  # the signer's key id is still shown
-    assert '<span class="badge bad">signature NOT verified</span>' in page
+    assert re.search(
+        r'class="badge bad" id="signature-badge" title="the signer&#39;s key [^"]*">NOT verified<', page
+    )
 
 
 def test_a_long_text_is_cut_with_a_note(library: Library) -> None:
@@ -515,7 +534,7 @@ def test_the_number_of_queries_does_not_grow_with_the_library(library: Library, 
     assert len(re.findall(r'<tr class="entry">', page)) == 6
     big, page = _statements(big_library, page_url(big_base))
     assert "60 receipts: 60 byte-exact; the newest 50 are shown." in page
-    assert "Grafted by 1 host</h2>" in page  # counted over all 60, not only those shown
+    assert "byte-exact grafts by 1 host</a>" in page  # counted over all 60, not only those shown
     assert "shared with 15 other artifacts." in page
     assert page.count("extended by ") == 15
     assert len(re.findall(r'<tr class="entry">', page)) == 50  # history capped

@@ -122,19 +122,21 @@ class GraftSummary:
     byte_exact: int  # receipts whose check was byte-exact
     not_byte_exact: int  # receipts whose check was not
     unchecked: int  # receipts without a check
+    exact_hosts: int = 0  # distinct host configurations with a byte-exact receipt
 
 
 def graft_summary(session: Session, ns: Namespace, digest: str) -> GraftSummary:
     cond = [GraftReceipt.namespace_id == ns.id, GraftReceipt.manifest_digest == digest]
-    total, hosts, exact, inexact = session.execute(
+    total, hosts, exact, inexact, exact_hosts = session.execute(
         select(
             func.count(),
             func.count(distinct(GraftReceipt.host_fingerprint)),
             func.count().filter(GraftReceipt.byte_exact.is_(True)),
             func.count().filter(GraftReceipt.byte_exact.is_(False)),
+            func.count(distinct(GraftReceipt.host_fingerprint)).filter(GraftReceipt.byte_exact.is_(True)),
         ).where(*cond)
     ).one()
-    return GraftSummary(total, hosts, exact, inexact, total - exact - inexact)
+    return GraftSummary(total, hosts, exact, inexact, total - exact - inexact, exact_hosts)
 
 
 @dataclass(frozen=True)
