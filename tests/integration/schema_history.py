@@ -13,13 +13,15 @@ write down what its migration does to older rows):
 
 - filled from older rows by their migration: the audit log's tree (``log_nodes``, 0002), its
   subjects (``audit_subjects``, 0003), the route index (``envelope_blocks`` and
-  ``envelopes.prompt_tokens``, 0005), a signing key's ``owner`` and ``log_seq`` (0006);
+  ``envelopes.prompt_tokens``, 0005), a signing key's ``owner`` and ``log_seq`` (0006), when
+  a namespace's description was set (``namespaces.description_updated_at``, 0009: its
+  creation time, for a description given then);
 - filled by the registry on demand: ``oci_manifests`` (0007; its namespaces are flagged by
   0008, ``namespaces.oci_backfill_pending``, and the first ``/v2/`` miss there writes them);
 - not recoverable, left empty or NULL: what the registry did not do before the revision that
   made room for it (checkpoints, legal holds, retention, graft receipts and the
   ``log_seq`` of envelopes and refs before 0002; web sessions before 0003; key labels before
-  0006, ``''``).
+  0006, ``''``; who last edited a namespace's description before 0009).
 """
 
 from __future__ import annotations
@@ -169,6 +171,11 @@ def _flagged(row: Row, rows: Rows, revision: str) -> bool:
     return before(revision, "0007") and any(e["namespace_id"] == row["id"] for e in rows["envelopes"])
 
 
+def _described_at(row: Row, _rows: Rows, _revision: str) -> Any:
+    """0009: a namespace with a description had it from its creation (it could not be edited)."""
+    return row["created_at"] if row["description"] else None
+
+
 #: Columns a later revision added, and the value an upgrade gives an older row.
 COLUMN_RULES: Mapping[tuple[str, str], Rule] = {
     ("envelopes", "log_seq"): lambda *_: None,
@@ -178,6 +185,8 @@ COLUMN_RULES: Mapping[tuple[str, str], Rule] = {
     ("signing_keys", "owner"): _same("owner"),
     ("signing_keys", "log_seq"): _same("log_seq"),
     ("namespaces", "oci_backfill_pending"): _flagged,
+    ("namespaces", "description_updated_at"): _described_at,
+    ("namespaces", "description_updated_by"): lambda *_: None,
 }
 
 

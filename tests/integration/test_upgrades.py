@@ -1,14 +1,15 @@
 """Upgrades from every earlier schema, with data, on SQLite and on PostgreSQL; and a rollback.
 
-A real ``kvreg serve`` at head is filled through its API (``source``): two namespaces and an
-empty one, a reader, a writer and a token revoked, the signing key registered with a label in
-both, three artifacts pushed by ``kvreg push`` (a ref moved, a tag), a legal hold, a retention
-policy, the audit log with its checkpoints, and a client that verified the whole log and
-pinned its checkpoint. Then, for each earlier revision R (``schema_history``): a fresh
-database migrated to R receives those rows with SQL, as R's schema holds them; it is
-upgraded to head (on SQLite by ``kvreg serve`` itself, which migrates on start; on PostgreSQL
-by ``kvreg-admin migrate``, then servers started with ``KVREG_MIGRATE_ON_START=0``, as
-docs/deployment.md says for several servers) and served with the old storage and log key:
+A real ``kvreg serve`` at head is filled through its API (``source``): two namespaces (one
+with a Markdown description edited after its creation) and an empty one, a reader, a writer
+and a token revoked, the signing key registered with a label in both, three artifacts pushed
+by ``kvreg push`` (a ref moved, a tag), a legal hold, a retention policy, the audit log with
+its checkpoints, and a client that verified the whole log and pinned its checkpoint. Then, for
+each earlier revision R (``schema_history``): a fresh database migrated to R receives those
+rows with SQL, as R's schema holds them; it is upgraded to head (on SQLite by ``kvreg serve``
+itself, which migrates on start; on PostgreSQL by ``kvreg-admin migrate``, then servers
+started with ``KVREG_MIGRATE_ON_START=0``, as docs/deployment.md says for several servers) and
+served with the old storage and log key:
 
 - every row is what the migrations must give back (``expected_after_upgrade``);
 - the OCI rows a revision before 0007 lacks are written at the first ``/v2/`` miss;
@@ -151,6 +152,8 @@ def fill(reg: Registry, root: Path) -> Source:
         for ns in (private, open_ns):
             ok(c.post(f"/namespaces/{ns}/keys", json={"public_key": public, "label": "release signer"}), 201)
         ok(c.put(f"/namespaces/{private}/retention", json={"keep_versions": 5}), 200)
+        description = "Solutions **verified** by `exact-match`.\n\n- one\n- two"
+        ok(c.patch(f"/namespaces/{private}", json={"description": description}), 200)
         leaver = f"u{uuid.uuid4().hex[:10]}"
         ok(c.post("/users", json={"name": leaver}), 201)
         gone = ok(c.post(f"/users/{leaver}/tokens", json={"label": "old laptop"}), 201)
