@@ -50,7 +50,7 @@ def test_anonymous_visitors_read_the_entries_of_public_namespaces_only(page: Any
     visit(page, "/audit?all=1")
     rows = _rows(page)
     namespaces = {row[4] for row in rows}
-    assert rows and namespaces <= {server.public_ns, server.paging_ns}, namespaces
+    assert rows and namespaces <= {server.public_ns, server.paging_ns, server.flywheel_ns}, namespaces
     assert page.locator("#entries-public-only").count() == 1
     private = next(e for e in server.audit_entries if e["ref"].startswith(f"{server.private_ns}/"))
     r = page.goto(f"/audit/entries/{private['index']}")

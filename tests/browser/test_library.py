@@ -31,11 +31,14 @@ def test_home_has_the_search_form_and_the_newest_artifacts(page: Any, server: Se
     for name in FILTERS:
         assert page.locator(f"form#search [name={name}]").count() == 1, f"no filter named {name!r}"
     links = _results(page)
-    # Newest first: the four artifacts of aime25 were pushed last, all of them public.
-    newest = {server.artifact_path(n) for n in ("p07", "p07x", "other", "xss")}
+    # Newest first: the GSM8K chat artifact and the four of aime25 were pushed last, all public;
+    # realistic content leads, the escaping test's artifact comes after it.
+    newest = {server.artifact_path(n) for n in ("gsm8k-test-0001", "p07", "p07x", "other", "xss")}
     assert newest <= set(links), links
+    assert links[0] == server.artifact_path("gsm8k-test-0001"), links
+    assert links.index(server.artifact_path("xss")) > links.index(server.artifact_path("p07")), links
     assert server.artifact_path("secret") not in links
-    assert total_of(text(page, "#total")) == 4 + PAGING_COUNT
+    assert total_of(text(page, "#total")) == 5 + PAGING_COUNT
     shot(page, "home")
     clean(page)
 
