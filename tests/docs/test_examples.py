@@ -157,6 +157,7 @@ def _wait_group_gone(group: int, attempts: int = 50) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # the pages run the real model (SmolLM2) through the installed kvreg
 @pytest.mark.parametrize("page", pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_page(page: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "page"
