@@ -139,3 +139,18 @@ def test_a_chat_prompt_is_shown_as_the_question_asked() -> None:
     assert question_text(rendered) == "How many eggs?"
     assert question_text("Plain question?") == "Plain question?"
     assert question_text(None) == ""
+
+
+def test_an_audit_entry_page_opens_with_its_sentence(library: Library) -> None:
+    from .helpers import sign_in
+
+    ns = library.namespace("team")
+    pushed = library.publish(ns, "p07", "one two three four five six", title="Problem seven")
+    sign_in(library.client, library.admin_token)
+    html = library.client.get("/audit", params={"type": "ref.created"}).text
+    seq = re.findall(r'class="entry-link" href="/audit/entries/(\d+)"', html)[0]
+    page = library.client.get(f"/audit/entries/{seq}").text
+    sentence = re.search(r'<p id="entry-sentence"[^>]*>(.*?)</p>', page, re.S)
+    assert sentence is not None and f"created the ref {ns}/p07 for" in sentence.group(1)
+    assert f'href="/ns/{ns}/refs/p07"' in sentence.group(1)
+    assert f'href="/ns/{ns}/artifacts/{pushed.digest}"' in sentence.group(1)

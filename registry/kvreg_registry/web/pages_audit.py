@@ -20,7 +20,7 @@ from sqlalchemy import select
 from kvreg.core.errors import NotFoundError, UnauthenticatedError
 from kvreg_registry.api.deps import state
 from kvreg_registry.db.models import Namespace
-from kvreg_registry.web import audit_export, audit_groups, views_audit
+from kvreg_registry.web import audit_export, audit_groups, audit_sentences, views_audit
 from kvreg_registry.web.render import SECURITY_HEADERS, render
 from kvreg_registry.web.session import Visitor, apply_cookies, visitor
 
@@ -115,7 +115,12 @@ def entry_page(seq: int, request: Request) -> HTMLResponse:
         request,
         who,
         "audit_entry.html",
-        {"e": detail, "cp": checkpoint},
+        {
+            "e": detail,
+            "cp": checkpoint,
+            "sentence": audit_sentences.sentence(detail.type, detail.actor, detail.namespace, detail.doc, {}),
+            "links": audit_sentences.links(detail.namespace, detail.doc),
+        },
         title=f"Audit entry {seq}",
     )
 
