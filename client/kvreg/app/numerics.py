@@ -2,7 +2,7 @@
 
 Some variables that decide the bits of a forward pass (``ATEN_CPU_CAPABILITY``,
 ``MKL_CBWR``, ``CUBLAS_WORKSPACE_CONFIG``, ...) are latched by torch, MKL and
-oneDNN when they load (DESIGN.md §1). The use cases that run the engine call
+oneDNN when they load (docs/design.md, "When a graft is exact"). The use cases that run the engine call
 :func:`prepare_numerics` (through ``kvreg.app.loader``) as soon as they know the
 profile and device, and only then import ``kvreg.engine``. If torch is somehow
 loaded already and the environment is wrong, the ``kvreg`` command re-executes

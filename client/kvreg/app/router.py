@@ -1,4 +1,4 @@
-"""The router: given a prompt, find the stored state to graft — or none (DESIGN.md §3 "Route").
+"""The router: given a prompt, find the stored state to graft — or none (docs/design.md, "Flows").
 
 Two modes:
 

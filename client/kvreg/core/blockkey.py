@@ -1,5 +1,5 @@
 """Block keys: names for "the KV this model computes, under this config, for this
-token prefix up to block i", without revealing the tokens (DESIGN.md §2).
+token prefix up to block i", without revealing the tokens (docs/design.md, "Objects").
 
 Definition (``kvreg.blockkey/v1``). For block ``i`` of an artifact::
 

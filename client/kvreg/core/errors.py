@@ -6,7 +6,7 @@ Each class carries:
 - ``code``: a stable upper-case string (``DIGEST_MISMATCH``), the same in the CLI's
   ``--json`` output and in the registry's HTTP error bodies. Codes are a contract:
   never rename one, only add.
-- ``exit_code``: the CLI exit status (DESIGN.md §4): 1 error, 2 usage,
+- ``exit_code``: the CLI exit status (docs/design.md, "Contracts the parts rely on"): 1 error, 2 usage,
   3 integrity or signature failure.
 
 Security paths raise one of these; they never return a bool for the caller to

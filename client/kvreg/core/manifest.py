@@ -1,4 +1,4 @@
-"""The artifact manifest (``kvreg.manifest/v1``, DESIGN.md §2): a validated document and its bytes.
+"""The artifact manifest (``kvreg.manifest/v1``; docs/design.md, "Objects"): a validated document.
 
 A ``Manifest`` wraps the parsed JSON document and validates it strictly on
 construction (``kvreg.core.manifest_schema.validate``; ``ManifestInvalidError`` naming

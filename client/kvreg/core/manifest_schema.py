@@ -1,4 +1,4 @@
-"""The ``kvreg.manifest/v1`` schema (DESIGN.md §2): its typed sections and their strict check.
+"""The ``kvreg.manifest/v1`` schema (docs/design.md, "Objects"): its typed sections and their strict check.
 
 :func:`validate` checks a parsed document: every required field present with its
 exact JSON type (``true`` is not an integer), digests well formed, the chunk list on

@@ -15,7 +15,7 @@ million leaves is one pass per level, no recursion over Python lists), so the
 same code serves artifact chunk trees (tens of leaves) and the registry's audit
 log (millions).
 
-``chunk_merkle_root`` is the artifact tree of DESIGN.md §2: each leaf's data is
+``chunk_merkle_root`` is the artifact tree of docs/design.md, "Objects": each leaf's data is
 the 32 raw bytes of a chunk digest.
 
 This module does not store trees, does not know what a manifest or a log entry
@@ -323,6 +323,6 @@ def chunk_leaf_hashes(digests: Sequence[Digest]) -> list[bytes]:
 
 
 def chunk_merkle_root(digests: Sequence[Digest]) -> Digest:
-    """The Merkle root over chunk digests, as a ``Digest`` (DESIGN.md §2)."""
+    """The Merkle root over chunk digests, as a ``Digest`` (docs/design.md, "Objects")."""
     root = _mth(chunk_leaf_hashes(digests), 0, len(digests))
     return Digest.from_hex(root.hex())

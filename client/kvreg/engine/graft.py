@@ -1,6 +1,6 @@
 """Graft: put a stored KV state back into the model's cache and continue from it.
 
-Steps (DESIGN.md §3): refuse unless the local model, tokenizer and config have the
+Steps (docs/design.md, "Flows"): refuse unless the local model, tokenizer and config have the
 artifact's fingerprints (the error names which differ and how); compare the
 artifact's tokens with the prompt token by token and pick the graft point — the
 exact end of the artifact when the prompt contains all of it, else the last block

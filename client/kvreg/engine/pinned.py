@@ -1,7 +1,7 @@
 """The pinned numerics configuration: what it is, how it is fingerprinted, how it is applied.
 
 A ``PinnedConfig`` records every setting that decides the bits of a forward pass
-(DESIGN.md §1 "Same numerics"): dtype, attention implementation, thread count,
+(docs/design.md, "When a graft is exact"): dtype, attention implementation, thread count,
 deterministic-algorithm and reduced-precision flags, device and CPU capability or
 GPU name and compute capability, the library versions, the numerics environment
 variables, and the block size of the prefill schedule. Its fingerprint is the

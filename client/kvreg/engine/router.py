@@ -1,7 +1,7 @@
 """The router's engine half: a route plan, and the checks and generation that carry it out.
 
 The router (``kvreg.app.router`` finds the candidates: route index, trust policy,
-refs) plans a graft for a prompt in one of two modes (DESIGN.md §3 "Route"):
+refs) plans a graft for a prompt in one of two modes (docs/design.md, "Flows"):
 **prefix** — the longest block-aligned shared prefix, the rest prefilled on the
 absolute grid, so every decode step is bit for bit that of a run with no cache —
 and **knowledge** — a verified, trusted artifact that begins with the prompt,

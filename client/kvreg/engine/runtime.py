@@ -3,8 +3,8 @@
 Every computation kvreg compares — deposit, graft, the fresh recomputation of a
 check — goes through the functions here, so that the same tokens are always fed
 in the same segments, with the same explicit positions, the same cache classes and
-the same ``logits_to_keep=1``. That is what makes the bits comparable (DESIGN.md
-§1 "Same chunk schedule").
+the same ``logits_to_keep=1``. That is what makes the bits comparable (docs/design.md,
+"When a graft is exact").
 
 Sliding-window layers keep every position's KV while a block is computed (HF's
 "past recording"), so a deposit can store it; after each forward the window is

@@ -1,7 +1,7 @@
 """Shifted graft: an explicit, labelled APPROXIMATE mode that moves a KV state.
 
 Keys are stored after the rotary embedding, so a block of KV is exact only at the
-positions where it was computed (DESIGN.md §1 "Own position"). This mode places an
+positions where it was computed (docs/design.md, "When a graft is exact"). This mode places an
 artifact's KV after a different prefix anyway: it re-rotates the stored keys by
 the offset Δ (rotations compose: R(p)·R(Δ) = R(p+Δ)), computes the prefix fresh,
 recomputes the artifact's last token to get next-token logits, decodes, and

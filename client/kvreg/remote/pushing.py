@@ -1,6 +1,6 @@
 """Push: send a signed artifact of the local store to a registry.
 
-**Push** (DESIGN.md §3) opens the local artifact, verified against the local
+**Push** (docs/design.md, "Flows") opens the local artifact, verified against the local
 trust policy as every other reader does; opens upload sessions listing every
 object the manifest references (the registry answers which are missing and keeps
 the listed objects safe from its GC until the session closes); uploads the

@@ -1,5 +1,5 @@
 """The registry's router: which stored artifacts share the longest block-aligned prefix with
-a prompt, found by the prompt's block keys (``POST /api/v1/route``, DESIGN.md §3 "Route").
+a prompt, found by the prompt's block keys (``POST /api/v1/route``, docs/design.md, "Flows").
 
 The client computes the block keys of its prompt (``kvreg.core.blockkey``: key ``i``
 names the model, tokenizer, config and every token up to the end of block ``i``) and
