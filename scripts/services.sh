@@ -515,21 +515,21 @@ oci_stop() {
     rm -f "$OCI_DIR/$name/registry.pid"
 }
 
-# --- Debian tools the tests run: Prometheus, nginx and strace ------------------------------
+# --- Debian tools the tests run: Prometheus, nginx, strace and jq -------------------------
 
 # `prometheus` brings promtool (the tests check every /metrics answer with `promtool check
 # metrics`) and the Prometheus server (a test scrapes a registry with it); `nginx` is the reverse
 # proxy of the deployment docs, run by a test in front of `kvreg serve`. The tests start their
 # own instances on free loopback ports; these packages' system services are not used. `strace`
 # records the file-system calls of the power-loss tests (tests/crash/test_power_loss.py,
-# bench/crash_states.py).
-TOOL_PACKAGES="prometheus nginx strace"
+# bench/crash_states.py). `jq` is in the documentation's examples, which tests/docs runs.
+TOOL_PACKAGES="prometheus nginx strace jq"
 
 tools_install() {
     command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v nginx >/dev/null &&
-        command -v strace >/dev/null && return 0
+        command -v strace >/dev/null && command -v jq >/dev/null && return 0
     if ! is_root; then
-        die "promtool, prometheus, nginx or strace is not installed. Install them, then run this again:
+        die "promtool, prometheus, nginx, strace or jq is not installed. Install them, then run this again:
     sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $TOOL_PACKAGES"
     fi
     log "installing Debian's $TOOL_PACKAGES (apt-get install)"
@@ -539,6 +539,7 @@ tools_install() {
     command -v promtool >/dev/null || die "apt-get ran but promtool is still missing"
     command -v nginx >/dev/null || die "apt-get ran but nginx is still missing"
     command -v strace >/dev/null || die "apt-get ran but strace is still missing"
+    command -v jq >/dev/null || die "apt-get ran but jq is still missing"
 }
 
 # --- commands -------------------------------------------------------------------------
