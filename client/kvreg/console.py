@@ -37,7 +37,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kvreg.core.errors import EXIT_ERROR, EXIT_USAGE, KvregError, from_os_error
+from kvreg.core.errors import EXIT_ERROR, EXIT_USAGE, KvregError, from_missing_module, from_os_error
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +272,9 @@ def run(command: Any, argv: Sequence[str], *, prog_name: str = "kvreg") -> int:
     except OSError as exc:  # a full disk or a refused write is the machine's answer, not a bug
         refusal = from_os_error(exc)
         return output.unexpected(exc) if refusal is None else output.error(refusal)
+    except ModuleNotFoundError as exc:  # a client or registry install without the engine extra
+        missing = from_missing_module(exc)
+        return output.unexpected(exc) if missing is None else output.error(missing)
     except Exception as exc:
         return output.unexpected(exc)
     if isinstance(rv, int) and not isinstance(rv, bool):

@@ -209,6 +209,31 @@ class ConfigError(KvregError):
     code = "CONFIG_INVALID"
 
 
+class EngineNotInstalledError(ConfigError):
+    """A command needs the engine (torch, transformers) and this install has no ``engine`` extra."""
+
+    code = "ENGINE_NOT_INSTALLED"
+
+
+# The engine extra's top-level modules (pyproject.toml, [project.optional-dependencies] engine).
+ENGINE_MODULES = frozenset(
+    {"torch", "transformers", "safetensors", "tokenizers", "numpy", "gguf", "accelerate"}
+)
+
+
+def from_missing_module(exc: ModuleNotFoundError) -> EngineNotInstalledError | None:
+    """The typed error for an engine module that is not installed, else ``None`` (a real bug)."""
+    name = (exc.name or "").partition(".")[0]
+    if name not in ENGINE_MODULES:
+        return None
+    return EngineNotInstalledError(
+        f"this command runs the model, and {name!r} is not installed here (kvreg without its engine)",
+        hint="install the engine: pip install torch, then pip install 'kvreg[engine]'"
+        " (docs/getting-started/install.md)",
+        module=name,
+    )
+
+
 class ModelError(KvregError):
     """A model directory cannot be used (missing files, unsupported architecture)."""
 
