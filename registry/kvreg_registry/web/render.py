@@ -13,7 +13,6 @@ shows and hands a context to :func:`render`.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -26,7 +25,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 import kvreg
-from kvreg_registry.web import glossary
+from kvreg_registry.web import components, glossary
+from kvreg_registry.web.components import format_time, iso_time, relative_time
 from kvreg_registry.web.markdown import plain_summary, render_markdown
 from kvreg_registry.web.model_summary import listing_name
 from kvreg_registry.web.session import CSRF_FIELD, Visitor, apply_cookies
@@ -65,37 +65,6 @@ def human_size(n: object) -> str:
             return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"  # pragma: no cover - the loop always returns
-
-
-def format_time(value: object) -> str:
-    if not isinstance(value, dt.datetime):
-        return "–" if value is None else str(value)
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def iso_time(value: object) -> str:
-    """``2026-12-06T04:18:00Z``: a ``<time datetime>`` value."""
-    if not isinstance(value, dt.datetime):
-        return ""
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def relative_time(value: object, now: dt.datetime | None = None) -> str:
-    """ "just now", "3 min ago", "5 h ago", "2 days ago"; the date beyond 30 days (or ahead of now)."""
-    if not isinstance(value, dt.datetime):
-        return "–" if value is None else str(value)
-    when = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    seconds = ((now or dt.datetime.now(dt.UTC)) - when).total_seconds()
-    if seconds < -60 or seconds >= 30 * 86400:
-        return when.astimezone(dt.UTC).strftime("%Y-%m-%d")
-    if seconds < 60:
-        return "just now"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    days = int(seconds // 86400)
-    return f"{days} day{'' if days == 1 else 's'} ago"
 
 
 def highlight(value: object, words: list[str]) -> Markup:
@@ -146,6 +115,9 @@ def _environment() -> Environment:
     env.filters["highlight"] = highlight
     env.filters["question_text"] = question_text
     env.filters["ago"] = relative_time
+    env.globals["ui_badge"] = components.badge
+    env.globals["ui_verdict"] = components.verdict
+    env.globals["ui_time"] = components.time
     env.globals["status_tone"] = tone_of
     env.globals["verdict_status"] = verdict_status
     env.filters["model_name"] = listing_name
