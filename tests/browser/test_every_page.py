@@ -83,6 +83,7 @@ def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
     entry = next(
         e["index"] for e in server.audit_entries if e["type"] == "envelope.stored" and e["ref"] == f"{ns}/p07"
     )
+    private = next(e["index"] for e in server.audit_entries if e["ref"].startswith(f"{server.private_ns}/"))
     compare = urlencode({"a": f"{ns}/{server.digests['p07']}", "b": f"{ns}/{server.digests['p07x']}"})
     return [
         ("home", "/", 200),
@@ -105,6 +106,8 @@ def pages(server: Seeded, visitor: str) -> list[tuple[str, str, int]]:
         # a not-found message holding a whole digest must wrap on a phone
         ("error-digest", f"/ns/{ns}/artifacts/sha256:{'0' * 64}", 404),
         ("error-bad-request", "/audit/entries/abc", 400),
+        # an entry of a private namespace: signed out, the 401 page with its sign-in link
+        ("error-sign-in", f"/audit/entries/{private}", 401 if visitor == "anonymous" else 200),
     ]
 
 
