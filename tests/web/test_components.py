@@ -1,6 +1,6 @@
 """The design system's pieces on their own: the status -> tone map and the badge macro, relative
 times, search-word highlighting (escaped), and that every badge of every template goes through
-the macro (so one status has one colour on every page)."""
+the components (so one status has one colour on every page)."""
 
 from __future__ import annotations
 
@@ -64,15 +64,13 @@ def test_search_words_are_marked_and_everything_else_escaped() -> None:
     assert str(highlight("<script>", [])) == "&lt;script&gt;"
 
 
-# Templates may draw a badge only through components.html; the ones owned by the artifact,
-# compare and namespace pages are listed until they switch.
-HAND_DRAWN_ALLOWED = {"artifact.html", "compare.html", "namespace.html"}
+# Templates draw a badge only through components.html (c.badge, c.verdict).
 
 
 def test_no_template_draws_a_status_badge_by_hand() -> None:
     offenders = []
     for path in sorted(TEMPLATES_DIR.glob("*.html")):
-        if path.name == "components.html" or path.name in HAND_DRAWN_ALLOWED:
+        if path.name == "components.html":
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if re.search(r'class="badge[ "]', line):
