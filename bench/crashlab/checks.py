@@ -5,7 +5,11 @@ the seconds of a fresh ``kvreg`` process), on the copy, and return one line per 
 invariant. The invariants:
 
 - nothing acknowledged is lost: every ref, artifact and audit checkpoint a marker reported
-  before the crash point is there, at the value acknowledged last;
+  before the crash point is there, at the value acknowledged last, or at the value the workload
+  acknowledged next for it: a ref being moved when the power went (by a command that had not
+  reported it done yet) may hold its new value, whole, before its acknowledgement, never a third
+  one (ALICE's checker likewise wants durability once the workload has said "done", atomicity
+  before: the old value or the new);
 - nothing half-written is visible: every stored object hashes to its name (``kvreg fsck``,
   ``kvreg-admin fsck``), no ref names a missing or damaged object;
 - recovery needs no human: the registry starts (its lifespan: migrations, storage check, the
@@ -54,11 +58,37 @@ def _latest(acked: list[dict[str, Any]], kind: str, root: str, key: str) -> dict
     return out
 
 
+def allowed(
+    acked: list[dict[str, Any]], later: list[dict[str, Any]], kind: str, root: str, key: str
+) -> dict[str, list[dict[str, Any]]]:
+    """For each ``key`` value (a ref) acknowledged before the crash point: the acknowledgements a
+    crash state may match, the last one before the crash point and, if the workload acknowledged
+    the same ref again later, the first of those (the update under way at the crash: it may have
+    reached the disk before the workload acknowledged it; one after it had not begun)."""
+    out = {k: [p] for k, p in _latest(acked, kind, root, key).items()}
+    for p in later:
+        if p.get("kind") == kind and p.get("root") == root:
+            options = out.get(str(p[key]))
+            if options is not None and len(options) == 1:
+                options.append(p)
+    return out
+
+
+def _mismatch(ref: str, have: str | None, options: list[dict[str, Any]]) -> str:
+    text = f"acknowledged ref {ref} is {have}, not {options[0].get('digest')}"
+    if len(options) > 1:
+        text += f" (nor {options[1].get('digest')}, the value it was being moved to)"
+    return text
+
+
 # --- the client store ------------------------------------------------------------------------
 
 
-def check_client(home: Path, acked: list[dict[str, Any]], label: str) -> list[str]:
-    """Violations in the client store at ``home`` (markers for root ``label``)."""
+def check_client(
+    home: Path, acked: list[dict[str, Any]], label: str, later: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """Violations in the client store at ``home`` (markers for root ``label``; ``later``: those
+    after the crash point, see :func:`allowed`)."""
     from kvreg.app.inspect import show_artifact
     from kvreg.app.maintenance import check_store
     from kvreg.app.verify import VerifyRequest, verify
@@ -71,8 +101,7 @@ def check_client(home: Path, acked: list[dict[str, Any]], label: str) -> list[st
     report = check_store(h, quarantine=False).fsck
     problems += [f"kvreg fsck: {p.kind} {p.subject}: {p.message}" for p in report.problems]
     evicted = {p.subject for p in report.evicted}
-    for ref, mark in _latest(acked, "ref", label, "ref").items():
-        want = mark.get("digest")
+    for ref, options in allowed(acked, later or [], "ref", label, "ref").items():
         try:
             have: str | None = str(h.refs.get(RefName.parse(ref)))
         except RefNotFoundError:
@@ -80,10 +109,10 @@ def check_client(home: Path, acked: list[dict[str, Any]], label: str) -> list[st
         except KvregError as e:
             problems.append(f"acknowledged ref {ref} unreadable: {e.message}")
             continue
-        if have != want:
-            problems.append(f"acknowledged ref {ref} is {have}, not {want} ({mark.get('what', 'acked')})")
+        if not any(have == m.get("digest") for m in options):
+            problems.append(_mismatch(ref, have, options))
             continue
-        if want is None:
+        if have is None:
             continue
         try:
             show_artifact(h, ref, with_text=False)
@@ -120,8 +149,11 @@ def _check_pin(h: Any, remote: str, size: int) -> list[str]:
 # --- the registry ----------------------------------------------------------------------------
 
 
-def check_registry(data: Path, acked: list[dict[str, Any]], label: str) -> list[str]:
-    """Violations in the registry whose ``KVREG_DATA`` is ``data`` (markers for root ``label``)."""
+def check_registry(
+    data: Path, acked: list[dict[str, Any]], label: str, later: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """Violations in the registry whose ``KVREG_DATA`` is ``data`` (markers for root ``label``;
+    ``later``: those after the crash point, see :func:`allowed`)."""
     from fastapi.testclient import TestClient
     from sqlalchemy import text
 
@@ -149,8 +181,8 @@ def check_registry(data: Path, acked: list[dict[str, Any]], label: str) -> list[
                 problems.append(f"PRAGMA integrity_check: {integrity[:5]}")
             report = admin_fsck(state.db, state.storage, state.log)
             problems += [f"kvreg-admin fsck: {p.kind} {p.subject}: {p.message}" for p in report.problems]
-            for mark in _latest(acked, "artifact", label, "ref").values():
-                problems += _pull(client, mark)
+            for options in allowed(acked, later or [], "artifact", label, "ref").values():
+                problems += _pull(client, options)
             for mark in _latest(acked, "checkpoint", label, "hash").values():
                 problems += _check_log(state, mark)
     finally:
@@ -159,22 +191,24 @@ def check_registry(data: Path, acked: list[dict[str, Any]], label: str) -> list[
     return problems
 
 
-def _pull(client: Any, mark: dict[str, Any]) -> list[str]:
-    """Pull an acknowledged artifact through the API and check every byte of it."""
+def _pull(client: Any, options: list[dict[str, Any]]) -> list[str]:
+    """Pull an acknowledged artifact through the API and check every byte of it (``options``:
+    the acknowledgements its ref may match, see :func:`allowed`)."""
     from kvreg.core.digest import Digest
     from kvreg.core.envelope import Envelope, pae
     from kvreg.core.errors import KvregError
     from kvreg.core.keys import PublicKey
     from kvreg.core.manifest import Manifest
 
-    ns, name = str(mark["ref"]).split("/", 1)
+    ns, name = str(options[0]["ref"]).split("/", 1)
     api = f"/api/v1/namespaces/{ns}"
     r = client.get(f"{api}/refs/{name}")
     if r.status_code != 200:
-        return [f"acknowledged ref {ns}/{name} answered {r.status_code} ({mark.get('what', 'acked')})"]
+        return [f"acknowledged ref {ns}/{name} answered {r.status_code}"]
     digest = r.json()["digest"]
-    if digest != mark["digest"]:
-        return [f"acknowledged ref {ns}/{name} is {digest}, not {mark['digest']}"]
+    mark = next((m for m in options if m.get("digest") == digest), None)
+    if mark is None:
+        return [_mismatch(f"{ns}/{name}", digest, options)]
     env = client.get(f"{api}/envelopes/{digest}")
     if env.status_code != 200:
         return [f"the envelope of {ns}/{name} answered {env.status_code}"]
@@ -236,13 +270,15 @@ class Checks:
 
     kinds: dict[str, str]
 
-    def __call__(self, roots: dict[str, Path], acked: list[dict[str, Any]]) -> list[str]:
+    def __call__(
+        self, roots: dict[str, Path], acked: list[dict[str, Any]], later: list[dict[str, Any]]
+    ) -> list[str]:
         for name in ("kvreg", "kvreg_registry", "alembic"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         problems: list[str] = []
         for label, kind in self.kinds.items():
             run = check_client if kind == "client" else check_registry
-            problems += [f"{label}: {p}" for p in run(roots[label], acked, label)]
+            problems += [f"{label}: {p}" for p in run(roots[label], acked, label, later)]
         return problems
 
 

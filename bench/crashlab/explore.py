@@ -22,7 +22,11 @@ time limit):
 
 States are deduplicated by what a reader of the roots would see (``Tree.digest``) together with
 what had been acknowledged; each distinct one is written to a scratch folder and handed to the
-workload's checker, which returns the invariants it violates.
+workload's checker, which returns the invariants it violates. The checker gets the markers on
+both sides of the crash point, as ALICE's checker gets what the workload had printed: what was
+acknowledged before the crash must have survived (durability), and an update the workload was
+still making (acknowledged only after the crash point) may have reached the disk, whole, before
+its acknowledgement (atomicity: the old value or the new one, nothing else).
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ from .persistence import Analysis
 from .replay import replay
 from .trace import Trace
 
-#: ``checker(roots, acknowledged) -> violations``: ``roots`` maps each root's label to the folder
-#: holding the crash state's copy of it; ``acknowledged`` are the markers' payloads before the crash.
-Checker = Callable[[dict[str, Path], list[dict[str, Any]]], list[str]]
+#: ``checker(roots, acknowledged, later) -> violations``: ``roots`` maps each root's label to the
+#: folder holding the crash state's copy of it; ``acknowledged`` are the markers' payloads before
+#: the crash point, ``later`` those after it (what the workload went on to acknowledge: an update
+#: in flight at the crash may already be on disk, though not yet acknowledged).
+Checker = Callable[[dict[str, Path], list[dict[str, Any]], list[dict[str, Any]]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -174,11 +180,15 @@ class _Generator:
 
 
 def _check(
-    checker: Checker, roots: dict[str, Path], payloads: list[dict[str, Any]], folder: Path
+    checker: Checker,
+    roots: dict[str, Path],
+    payloads: list[dict[str, Any]],
+    later: list[dict[str, Any]],
+    folder: Path,
 ) -> list[str]:
     """Run ``checker`` on one materialized state, then remove it."""
     try:
-        return checker(roots, payloads)
+        return checker(roots, payloads, later)
     except Exception as e:  # a checker that crashes on a state is a finding, not a tool error
         return [f"the checker raised {type(e).__name__}: {e}"]
     finally:
@@ -244,10 +254,11 @@ def explore(
             folder = work / f"state-{result.states_checked}"
             roots = {names[r]: p for r, p in materialize(tree, folder, names).items()}
             payloads = [trace.ops[m].payload for m in markers if m < spec.c]  # type: ignore[union-attr]
+            later = [trace.ops[m].payload for m in markers if m >= spec.c]  # type: ignore[union-attr]
             if pool is None:
-                settle(spec, _check(checker, roots, payloads, folder))
+                settle(spec, _check(checker, roots, payloads, later, folder))
                 continue
-            inflight.append((spec, pool.submit(_check, checker, roots, payloads, folder)))
+            inflight.append((spec, pool.submit(_check, checker, roots, payloads, later, folder)))
             while len(inflight) > 2 * budget.jobs:
                 done, future = inflight.popleft()
                 settle(done, future.result())

@@ -33,7 +33,9 @@ name                      roots                 recorded
 ========================  ====================  ===================================================
 
 What each acknowledges: the refs and artifacts that existed before (they must survive the
-workload), then what the command reported done once it exited 0.
+workload, unless it moves them: ``ref-cas``), then what the command reported done once it exited
+0. A ref the command moves may hold either value until that acknowledgement
+(``crashlab.checks``).
 """
 
 from __future__ import annotations

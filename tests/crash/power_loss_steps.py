@@ -176,6 +176,28 @@ def evict(root: Path, ack: Acks) -> None:
     ack(kind="evict")
 
 
+def ref_move_setup(root: Path, ack: Acks) -> None:
+    from kvreg.store.home import Home
+
+    home = Home(root)
+    synthetic_artifact(home, "old", "ns/moved")
+    synthetic_artifact(home, "new", "ns/next")
+
+
+def ref_move(root: Path, ack: Acks) -> None:
+    """A ref moved by compare-and-swap: acknowledged at its old value (durable before the step),
+    moved, then acknowledged at its new value."""
+    from kvreg.core.names import RefName
+    from kvreg.store.home import Home
+
+    home = Home(root)
+    moved = RefName.parse("ns/moved")
+    old, new = home.refs.get(moved), home.refs.get(RefName.parse("ns/next"))
+    ack(kind="ref", root="root", ref="ns/moved", digest=str(old))
+    home.refs.set(moved, new, expected=old)
+    ack(kind="ref", root="root", ref="ns/moved", digest=str(new))
+
+
 STEPS: dict[str, Callable[[Path, Acks], None]] = {
     "new-folder": new_folder,
     "sqlite-setup": sqlite_setup,
@@ -185,6 +207,8 @@ STEPS: dict[str, Callable[[Path, Acks], None]] = {
     "gc": gc,
     "evict-setup": evict_setup,
     "evict": evict,
+    "ref-move-setup": ref_move_setup,
+    "ref-move": ref_move,
 }
 
 

@@ -32,7 +32,9 @@ from crashlab import explore, strace  # noqa: E402
 from crashlab.trace import record  # noqa: E402
 
 MODELS = ("alice", "ext4-ordered")
-Check = Callable[[Path, list[dict[str, Any]]], list[str]]
+Acks = list[dict[str, Any]]
+#: ``check(root, acknowledged, later)``: see ``crashlab.explore.Checker``.
+Check = Callable[[Path, Acks, Acks], list[str]]
 
 
 def _env() -> dict[str, str]:
@@ -63,7 +65,11 @@ def explored(
     )
     names = {os.path.realpath(root): "root"}
     result = explore.explore(
-        trace, model, lambda roots, acked: check(roots["root"], acked), names, explore.Budget(300, 90)
+        trace,
+        model,
+        lambda roots, acked, later: check(roots["root"], acked, later),
+        names,
+        explore.Budget(300, 90),
     )
     assert result.states_checked >= 3, result
     return result
@@ -78,7 +84,7 @@ def test_a_file_written_into_new_folders_survives(tmp_path: Path, model: str) ->
     """``atomic_write_bytes`` into folders it creates: once it returned, the file is there
     (a new folder is a name in its parent, durable only once the parent is fsynced)."""
 
-    def check(root: Path, acked: list[dict[str, Any]]) -> list[str]:
+    def check(root: Path, acked: Acks, later: Acks) -> list[str]:
         path = root / "a" / "b" / "file"
         if path.exists() and path.read_bytes() != b"hello":
             return [f"a half-written file is visible: {path.read_bytes()!r}"]
@@ -94,7 +100,7 @@ def test_a_committed_transaction_survives(tmp_path: Path, model: str) -> None:
     """The registry's SQLite database: a transaction that committed is durable (WAL fsynced at
     each commit: ``synchronous=FULL``), and the database is never damaged."""
 
-    def check(root: Path, acked: list[dict[str, Any]]) -> list[str]:
+    def check(root: Path, acked: Acks, later: Acks) -> list[str]:
         db = sqlite3.connect(root / "db.sqlite3")
         try:
             integrity = db.execute("PRAGMA integrity_check").fetchall()
@@ -114,7 +120,7 @@ def test_an_uploaded_object_survives(tmp_path: Path, model: str) -> None:
     """The registry's folder storage: a committed upload is durable under its name (its new
     shard folder too), and nothing under an object's name is ever half-written."""
 
-    def check(root: Path, acked: list[dict[str, Any]]) -> list[str]:
+    def check(root: Path, acked: Acks, later: Acks) -> list[str]:
         out = []
         objects = root / "objects"
         found = {}
@@ -142,7 +148,7 @@ def test_gc_leaves_a_consistent_store(tmp_path: Path, model: str) -> None:
     """gc after any crash: the store passes fsck (an envelope never outlives its manifest or
     objects) and the artifact under a ref is whole."""
 
-    def check(root: Path, acked: list[dict[str, Any]]) -> list[str]:
+    def check(root: Path, acked: Acks, later: Acks) -> list[str]:
         from kvreg.core.errors import KvregError
         from kvreg.core.manifest import Manifest
         from kvreg.core.names import RefName
@@ -165,5 +171,35 @@ def test_gc_leaves_a_consistent_store(tmp_path: Path, model: str) -> None:
 def test_eviction_leaves_a_consistent_store(tmp_path: Path, model: str) -> None:
     """Disk paging after any crash: every object gone from the store is recorded as evicted
     (fsck reports none missing; ``kvreg pull`` fetches them again)."""
-    result = explored(tmp_path, "evict", model, lambda root, acked: _fsck(root), setup="evict-setup")
+    result = explored(tmp_path, "evict", model, lambda root, acked, later: _fsck(root), setup="evict-setup")
     assert _problems(result) == []
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_moved_ref_is_at_its_old_or_new_value(tmp_path: Path, model: str) -> None:
+    """A ref moved by compare-and-swap (``refs.set(expected=old)``): after any crash it is at the
+    value acknowledged last, or, before the move is acknowledged, at the value it was being moved
+    to (the move may reach the disk before the workload says it is done), and the store passes
+    fsck. States of the second kind must be among those checked: a checker that held the ref to
+    its last acknowledged value alone reported each of them as a lost acknowledgement."""
+    from crashlab.checks import allowed
+
+    early: list[str] = []
+
+    def check(root: Path, acked: Acks, later: Acks) -> list[str]:
+        from kvreg.core.names import RefName
+        from kvreg.store.home import Home
+
+        out = _fsck(root)
+        have = str(Home(root).refs.get_or_none(RefName.parse("ns/moved")))
+        for ref, options in allowed(acked, later, "ref", "root", "ref").items():
+            digests = [m["digest"] for m in options]
+            if have not in digests:
+                out.append(f"{ref} is {have}, not one of {digests}")
+            elif have != digests[0]:
+                early.append(have)
+        return out
+
+    result = explored(tmp_path, "ref-move", model, check, setup="ref-move-setup")
+    assert _problems(result) == []
+    assert early, "no state had the move on disk before its acknowledgement"
