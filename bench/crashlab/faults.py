@@ -33,6 +33,28 @@ def _no_file_fsync() -> None:
     atomicfile.finish = flush_only
 
 
+def _sqlite_normal() -> None:
+    from typing import Any
+
+    from sqlalchemy import Engine, event
+
+    from kvreg_registry.db import engine
+
+    make = engine.make_engine
+
+    def relaxed(url: str) -> Engine:
+        made = make(url)
+        if made.dialect.name == "sqlite":
+
+            @event.listens_for(made, "connect")
+            def _normal(dbapi_connection: Any, _record: Any) -> None:  # after kvreg's own hook
+                dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+        return made
+
+    engine.make_engine = relaxed
+
+
 #: Each fault: what it breaks.
 FAULTS: dict[str, tuple[str, Callable[[], None]]] = {
     "no-dir-fsync": (
@@ -42,6 +64,10 @@ FAULTS: dict[str, tuple[str, Callable[[], None]]] = {
     "no-file-fsync": (
         "kvreg.fileio.atomicfile.finish does not fsync (temp files renamed with unsynced bytes)",
         _no_file_fsync,
+    ),
+    "sqlite-normal": (
+        "the registry's SQLite runs with synchronous=NORMAL (the write-ahead log not fsynced at commit)",
+        _sqlite_normal,
     ),
 }
 

@@ -5,9 +5,9 @@ The quick form records each workload (deposit, prefix-sharing deposit, fresh and
 gc, eviction, pushes by PUT and by pack, a ref moved by compare-and-swap, a client pinning the
 audit log's checkpoint) under strace and checks 30 crash states of each under ALICE's weak
 persistence model, acknowledgements and fsync boundaries first (a few minutes on two cores).
-The broken builds take one durability step out of ``kvreg.fileio.atomicfile``
-(``bench/crashlab/faults.py``) in the recorded processes: the same exploration must report
-violations, or it could not fail at all.
+The broken builds take one durability step out of ``kvreg.fileio.atomicfile``, or the
+registry database's fsync at commit (``bench/crashlab/faults.py``), in the recorded processes:
+the same exploration must report violations, or it could not fail at all.
 """
 
 from __future__ import annotations
@@ -81,3 +81,15 @@ def test_a_broken_build_is_caught(work: Path, fault: str) -> None:
     assert rc == 1
     problems = " ".join(p for f in entry["findings"] for p in f["problems"])
     assert "acknowledged ref src/new" in problems or "fsck" in problems, problems
+
+
+def test_a_registry_that_acknowledges_before_its_commit_is_durable_is_caught(work: Path) -> None:
+    """The registry's SQLite with ``synchronous=NORMAL``: ``kvreg push`` moves ``team/base`` and
+    is told so before the commit reaches the disk. A crash after the acknowledgement gives the
+    old value back: caught, although a ref being moved may hold either value until then."""
+    rc, report, _ = run(work, "--workloads", "ref-cas", "--fault", "sqlite-normal")
+    entry = report["workloads"]["ref-cas"]
+    assert entry["violations"] > 0, entry
+    assert rc == 1
+    problems = " ".join(p for f in entry["findings"] for p in f["problems"])
+    assert "acknowledged ref team/base is" in problems, problems
