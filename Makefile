@@ -85,9 +85,12 @@ browser:
 	@test -x $(CHROMIUM) || { echo "$(CHROMIUM) is still missing after apt-get install chromium" >&2; exit 1; }
 
 # pytest exits 5 when it collected no test; make treats any non-zero exit as failure,
-# so an empty suite can never pass silently.
+# so an empty suite can never pass silently. Two workers (pytest-xdist), each test file on one
+# of them: the tests share nothing but the services, where each takes a database, bucket or
+# repository of its own. TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
 test: install lint imports types docs services browser model
-	$(PY) -m pytest --durations=30
+	$(PY) -m pytest --durations=30 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 bench: install
 	$(PY) bench/graft_vs_prefill.py
