@@ -32,8 +32,8 @@ def synthetic_artifact(home: Any, salt: str, ref: str | None) -> str:
     (unsigned) envelope, under ``ref`` if given; its manifest digest."""
     from kvreg.core.digest import Digest
     from kvreg.core.manifest import Manifest
-    from kvreg.core.merkle import chunk_merkle_root
     from kvreg.core.names import RefName
+    from tiny_manifest import tiny_manifest_doc
 
     fp = Digest.of_bytes(b"fingerprint")
     put = home.objects.put_bytes
@@ -41,42 +41,7 @@ def synthetic_artifact(home: Any, salt: str, ref: str | None) -> str:
     tokens = put(b"\x01\x00\x00\x00" * 6)
     text = put(f"{salt} text".encode())
     logits = put(b"\x00\x00\x80\x3f" * 8)
-    doc = {
-        "schema": "kvreg.manifest/v1",
-        "kvreg_version": "0.1.0",
-        "model": {
-            "fingerprint": fp,
-            "name": "tiny",
-            "architecture": "LlamaForCausalLM",
-            "model_type": "llama",
-            "num_layers": 1,
-            "kv_heads": 1,
-            "head_dim": 4,
-            "dtype": "float32",
-            "layer_types": ["full_attention"],
-            "sliding_window": None,
-        },
-        "tokenizer": {"fingerprint": fp, "name": "tiny"},
-        "config": {"fingerprint": fp, "profile": "native", "fields": {}},
-        "schedule": {"block_size": 4, "grid": "absolute"},
-        "tokens": {"count": 6, "digest": tokens.digest},
-        "text": {"digest": text.digest, "size": text.size},
-        "chunks": [
-            {
-                "index": i,
-                "start": 4 * i,
-                "end": min(4 * i + 4, 6),
-                "digest": c.digest,
-                "size": c.size,
-                "block_key": fp,
-            }
-            for i, c in enumerate(chunks)
-        ],
-        "merkle_root": chunk_merkle_root([c.digest for c in chunks]),
-        "witness": {"logits_digest": logits.digest, "dtype": "float32", "shape": [1, 8]},
-        "verification": None,
-        "annotations": {},
-    }
+    doc = tiny_manifest_doc(fp, tokens, text, chunks, logits)
     manifest = Manifest.from_dict(doc)
     digest = put(manifest.raw_bytes, expected=manifest.digest).digest
     home.envelopes.put(digest, b"{}")

@@ -7,10 +7,10 @@ import time
 
 from kvreg.core.digest import Digest
 from kvreg.core.manifest import Manifest
-from kvreg.core.merkle import chunk_merkle_root
 from kvreg.core.names import RefName
 from kvreg.store.fsck import ProblemKind, default_children, fsck
 from kvreg.store.gc import collect_garbage
+from tiny_manifest import tiny_manifest_doc
 
 FP = Digest.of_bytes(b"fingerprint")
 R = RefName.parse("ns/real")
@@ -22,42 +22,7 @@ def _deposit(home) -> tuple[Digest, list[Digest]]:
     tokens = home.objects.put_bytes(b"\x01\x00\x00\x00" * 6)
     text = home.objects.put_bytes(b"hello world")
     logits = home.objects.put_bytes(b"\x00\x00\x80\x3f" * 8)
-    doc = {
-        "schema": "kvreg.manifest/v1",
-        "kvreg_version": "0.1.0",
-        "model": {
-            "fingerprint": FP,
-            "name": "tiny",
-            "architecture": "LlamaForCausalLM",
-            "model_type": "llama",
-            "num_layers": 1,
-            "kv_heads": 1,
-            "head_dim": 4,
-            "dtype": "float32",
-            "layer_types": ["full_attention"],
-            "sliding_window": None,
-        },
-        "tokenizer": {"fingerprint": FP, "name": "tiny"},
-        "config": {"fingerprint": FP, "profile": "native", "fields": {}},
-        "schedule": {"block_size": 4, "grid": "absolute"},
-        "tokens": {"count": 6, "digest": tokens.digest},
-        "text": {"digest": text.digest, "size": text.size},
-        "chunks": [
-            {
-                "index": i,
-                "start": 4 * i,
-                "end": min(4 * i + 4, 6),
-                "digest": c.digest,
-                "size": c.size,
-                "block_key": FP,
-            }
-            for i, c in enumerate(chunks)
-        ],
-        "merkle_root": chunk_merkle_root([c.digest for c in chunks]),
-        "witness": {"logits_digest": logits.digest, "dtype": "float32", "shape": [1, 8]},
-        "verification": None,
-        "annotations": {},
-    }
+    doc = tiny_manifest_doc(FP, tokens, text, chunks, logits)
     manifest = Manifest.from_dict(doc)
     m = home.objects.put_bytes(manifest.raw_bytes, expected=manifest.digest).digest
     home.envelopes.put(m, b"{}")
