@@ -201,7 +201,7 @@ def _demo_pages_show_the_receipts(workdir: Path, reg: dict, fw: dict) -> None:
         ref = fw["receipts"][0]["ref"]
         page = client.get(f"/ns/{ref.split('/')[0]}/refs/{ref.split('/', 1)[1]}")
         assert page.status_code == 200, page.text
-        assert "Grafted by 1 host</h2>" in page.text and "demo signer" in page.text
+        assert "They come from 1 host." in page.text and "demo signer" in page.text
         assert "kvreg&#39;s bundled addition model" in page.text  # not just "model"
         # demo/p07 is private: its reader signs in with the token the second home logged in with.
         auth = Credentials(Home(Path(reg["second_home"])), environ={}).auth_for(reg["remote"])
@@ -209,7 +209,8 @@ def _demo_pages_show_the_receipts(workdir: Path, reg: dict, fw: dict) -> None:
         sign_in(client, auth.token)
         page = client.get("/ns/demo/refs/p07")
         assert page.status_code == 200, page.text
-        assert "Grafted by 1 host</h2>" in page.text and "1 receipt: 1 byte-exact." in page.text
+        assert "byte-exact grafts by 1 host</a>" in page.text  # the trust line, near the top
+        assert "1 receipt: 1 byte-exact. They come from 1 host." in page.text
         assert f'href="/audit/entries/{reg["receipt"]["log_index"]}"' in page.text
         # The audit trail's default view shows the pushes, folded, not a row per object held.
         trail = client.get("/audit")
