@@ -29,6 +29,7 @@ from kvreg.core.errors import (
     InUseError,
     LegalHoldError,
     ManifestUnknownError,
+    ObjectNotFoundError,
     ReceiptInvalidError,
     RefNotFoundError,
     RequestInvalidError,
@@ -607,3 +608,20 @@ def test_a_ref_made_during_a_delete_turns_it_into_in_use(reg: Reg) -> None:
             envelopes.remove(s, "test-admin", ns, row, {"reason": "request"})
         assert envelopes.get(s, ns, digest) is not None  # the savepoint rolled back, the session lives
     assert size(reg) == before and envelope_exists(reg, digest)
+
+
+def test_an_upload_in_another_namespace_keeps_the_object_not_this_namespaces_link(reg: Reg) -> None:
+    """GC drops a namespace's unreferenced link even while another namespace's upload session
+    lists the same digest: that upload makes its own link when it completes. The stored object
+    stays for it (a session anywhere protects the bytes)."""
+    data = b"uploaded here, never referenced; in flight elsewhere"
+    d = put_object(reg, data)
+    writer = user(reg, "writer")
+    with reg.db.write() as s:
+        other = accounts.create_namespace(s, ROOT, "elsewhere")
+        object_service.open_session(s, other, writer.user_id, [d], ttl_seconds=3600)
+    report = collect_garbage(reg.db, reg.storage, ROOT, grace_seconds=0)
+    assert report.links_removed == 1, report
+    with reg.db.read() as s, pytest.raises(ObjectNotFoundError):
+        object_service.held_size(s, ns_row(s), d)
+    assert reg.storage.exists(d) and report.objects_removed == 0

@@ -10,8 +10,8 @@ One pass, in this order:
    grace period;
 2. drop a namespace's hold on an object that no envelope of that namespace
    references (as a chunk, tokens, text, witness, prompt or as the manifest
-   itself), that is older than the grace period, and that no open upload session
-   lists (a push in flight), unless the namespace is under a legal hold (a
+   itself), that is older than the grace period, and that no open upload session of
+   that namespace lists (a push in flight there), unless the namespace is under a legal hold (a
    namespace hold keeps everything the namespace holds);
 3. delete every object that no namespace holds, older than the grace period and
    listed in no open session: row and bytes together, under the object's row lock
@@ -45,7 +45,15 @@ from kvreg.fileio.faults import crash_point
 from kvreg_registry import audit
 from kvreg_registry.auth import Principal
 from kvreg_registry.db.engine import Database, rowcount
-from kvreg_registry.db.models import Envelope, EnvelopeObject, NamespaceObject, StoredObject, utcnow
+from kvreg_registry.db.models import (
+    Envelope,
+    EnvelopeObject,
+    NamespaceObject,
+    StoredObject,
+    UploadDigest,
+    UploadSession,
+    utcnow,
+)
 from kvreg_registry.services import holds, retention
 from kvreg_registry.services import objects as object_service
 from kvreg_registry.storage.base import ObjectStorage
@@ -124,7 +132,12 @@ def collect_garbage(
         if not dry_run:
             report.sessions_expired = object_service.expire_sessions(s)
             report.sessions_removed = object_service.remove_closed_sessions(s, cutoff)
-        in_flight = object_service.in_open_sessions_clause()
+        # A link is kept for an upload in flight in its own namespace only: a session elsewhere
+        # makes a link of its own when it completes (the stored object stays for it, below).
+        in_flight_here = object_service.in_open_sessions_clause().where(
+            UploadDigest.digest == NamespaceObject.digest,
+            UploadSession.namespace_id == NamespaceObject.namespace_id,
+        )
         referenced = exists().where(
             EnvelopeObject.namespace_id == NamespaceObject.namespace_id,
             EnvelopeObject.digest == NamespaceObject.digest,
@@ -137,7 +150,7 @@ def collect_garbage(
             NamespaceObject.created_at < cutoff,
             ~referenced,
             ~is_manifest,
-            NamespaceObject.digest.not_in(in_flight),
+            ~in_flight_here.exists(),
         )
         under_hold = NamespaceObject.namespace_id.in_(holds.held_namespace_ids())
         stale_links = and_(unreferenced, ~under_hold)
