@@ -48,14 +48,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from core.manifest_helpers import signed_artifact  # noqa: E402
 from integration.load_balancer import documented_load_balancer, read_access_log, traffic  # noqa: E402
-from integration.registry_server import Registry, free_port  # noqa: E402
+from integration.registry_server import Registry, client_home, free_port  # noqa: E402
 from integration.test_ops_nginx import nginx  # noqa: E402
 from kvreg.core.envelope import Envelope  # noqa: E402
 from kvreg.core.keys import SigningKey  # noqa: E402
 from kvreg.core.names import RefName  # noqa: E402
-from kvreg.core.trust import TrustPolicy  # noqa: E402
-from kvreg.fileio.keyfiles import save_trust_policy  # noqa: E402
-from kvreg.remote.remotes import Credentials, RemoteConfig  # noqa: E402
 from kvreg.store.artifacts import store_artifact  # noqa: E402
 from kvreg.store.home import Home  # noqa: E402
 from push_pull import process_cpu_seconds, process_tree  # noqa: E402
@@ -194,15 +191,6 @@ def deposit(root: Path, key: SigningKey, name: str, chunks: int, chunk_bytes: in
     envelope = Envelope.from_json_bytes(built.envelope_bytes)
     store_artifact(home, built.objects, built.manifest, envelope, RefName.parse(f"local/{name}"))
     return sum(len(b) for b in built.objects.values()) + len(built.manifest.raw_bytes)
-
-
-def client_home(root: Path, url: str, token: str, trust: dict[str, Any]) -> Path:
-    home = Home(root)
-    home.ensure()
-    RemoteConfig(home).add("origin", url)
-    Credentials(home).set("origin", token)
-    save_trust_policy(TrustPolicy({ns: [key] for ns, key in trust.items()}), home.trust_path)
-    return root
 
 
 def run_clients(commands: list[tuple[Path, list[str]]]) -> tuple[float, float, list[dict[str, Any]]]:

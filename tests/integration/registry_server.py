@@ -23,6 +23,12 @@ from typing import Any
 
 import httpx
 
+from kvreg.core.keys import PublicKey
+from kvreg.core.trust import TrustPolicy
+from kvreg.fileio.keyfiles import save_trust_policy
+from kvreg.remote.remotes import Credentials, RemoteConfig
+from kvreg.store.home import Home
+
 BACKENDS = ("sqlite-folder", "postgres-s3")
 # Small limits, so the oversized-body refusals are cheap to provoke.
 MAX_OBJECT_BYTES = 8 * 1024 * 1024
@@ -221,3 +227,13 @@ def running_registry(backend: str, root: Path) -> Iterator[Registry]:
             yield registry
         finally:
             registry.stop()
+
+
+def client_home(root: Path, url: str, token: str, trust: dict[str, PublicKey]) -> Path:
+    """``root`` as a client store: remote ``origin`` at ``url``, logged in, trusting ``trust``."""
+    home = Home(root)
+    home.ensure()
+    RemoteConfig(home).add("origin", url)
+    Credentials(home).set("origin", token)
+    save_trust_policy(TrustPolicy({ns: [key] for ns, key in trust.items()}), home.trust_path)
+    return root

@@ -46,11 +46,8 @@ from cli.helpers import kvreg_env
 from core.manifest_helpers import signed_artifact
 from kvreg.core.digest import Digest
 from kvreg.core.envelope import Envelope
-from kvreg.core.keys import PublicKey, SigningKey
+from kvreg.core.keys import SigningKey
 from kvreg.core.names import RefName
-from kvreg.core.trust import TrustPolicy
-from kvreg.fileio.keyfiles import save_trust_policy
-from kvreg.remote.remotes import Credentials, RemoteConfig
 from kvreg.store.artifacts import store_artifact
 from kvreg.store.home import Home
 
@@ -64,7 +61,7 @@ from .load_balancer import (
     traffic,
     upstream_errors,
 )
-from .registry_server import Registry, free_port, running_registry
+from .registry_server import Registry, client_home, free_port, running_registry
 from .test_ops_nginx import nginx
 
 ARTIFACTS = 3
@@ -128,16 +125,6 @@ def deposit(root: Path, key: SigningKey, name: str, seed: int) -> dict[Digest, i
     store_artifact(home, built.objects, built.manifest, envelope, RefName.parse(f"local/{name}"))
     sizes = {d: len(b) for d, b in built.objects.items()}
     return sizes | {built.manifest.digest: len(built.manifest.raw_bytes)}
-
-
-def client_home(root: Path, url: str, token: str, trust: dict[str, PublicKey]) -> Path:
-    """``root`` as a client store: remote ``origin`` at ``url``, logged in, trusting ``trust``."""
-    home = Home(root)
-    home.ensure()
-    RemoteConfig(home).add("origin", url)
-    Credentials(home).set("origin", token)
-    save_trust_policy(TrustPolicy({ns: [key] for ns, key in trust.items()}), home.trust_path)
-    return root
 
 
 def spawn(home: Path, *args: str) -> subprocess.Popen[str]:
